@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# First thing the VM runs (chrooted into the host root, see tests/vm/init): make the VM
+# kernel's modules reachable, build the Soft-RoCE rails, then run the requested command.
+set -euo pipefail
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+export HOME=/root TERM=${TERM:-linux}
+
+# The host root carries the host's modules; the VM kernel's own come from the unpacked .deb.
+mkdir -p "/lib/modules/$ROCE_KVER"
+mount --bind "$ROCE_KDIR/lib/modules/$ROCE_KVER" "/lib/modules/$ROCE_KVER"
+
+# shellcheck source=tests/vm/lib.sh
+source "$ROCE_REPO/tests/vm/lib.sh"
+vm_setup
+exec "$@"

@@ -1,0 +1,78 @@
+# Helpers for code running inside the test VM (sourced; bash). Nothing here runs on the host.
+#
+#   vm_setup            modules, rails, rxe devices, CNI bin dir (guest.sh calls it once)
+#   rail_rdma_dev NAME  the rxe device on a rail
+#   cni_exec CMD CONF NETNS [IFNAME] [CONTAINER_ID]
+#                       run a plugin binary directly, the config on stdin; prints raw stdout
+#   cnidriver ...       the libcni driver (tests/cnidriver), CNI_PATH already set
+
+# Rail names in NIC order; run.sh passes the same lists it used to create the NICs.
+VM_RAILS=${VM_RAILS:-rdma0 rdma1 rdma2 rdma3 ens1f0np0}
+VM_BARE_NICS=${VM_BARE_NICS:-ens2f0np0}
+export CNI_BIN_DIR=/run/cni/bin CNI_PATH=/run/cni/bin
+
+vm_modules() {
+	# crc32_generic: rxe computes the RoCE ICRC with the kernel crypto API and nothing pulls
+	# the generic crc32 in on its own, so 'rdma link add ... type rxe' fails without it.
+	modprobe -a virtio_net crc32_generic rdma_rxe ib_uverbs ipvlan
+}
+
+vm_nic_by_index() { # print the netdev whose MAC says "NIC number $1" (see run.sh)
+	local mac dev
+	mac=$(printf '52:54:00:0a:00:%02x' "$1")
+	for dev in /sys/class/net/*; do
+		[[ $(cat "$dev/address") == "$mac" ]] && { basename "$dev"; return 0; }
+	done
+	return 1
+}
+
+vm_rails() {
+	local i=0 name dev tries
+	for name in $VM_RAILS $VM_BARE_NICS; do
+		# virtio_net probes asynchronously; give each NIC a moment to show up.
+		for tries in $(seq 50); do dev=$(vm_nic_by_index "$i") && break; sleep 0.1; done
+		[[ -n ${dev:-} ]] || { echo "vm: NIC $i ($name) not found" >&2; return 1; }
+		[[ $dev == "$name" ]] || ip link set dev "$dev" name "$name"
+		ip link set dev "$name" up
+		dev=
+		i=$((i + 1))
+	done
+	i=0
+	for name in $VM_RAILS; do
+		rdma link add "rxe$i" type rxe netdev "$name"
+		i=$((i + 1))
+	done
+}
+
+vm_cni_bin_dir() {
+	# The host root is read-only underneath the overlay; a tmpfs dir keeps the test's
+	# plugin set explicit: Debian's reference plugins plus roce-ipvlan when it was built.
+	mkdir -p "$CNI_BIN_DIR"
+	ln -sf /usr/lib/cni/* "$CNI_BIN_DIR/"
+	if [[ -x ${ROCE_IPVLAN_BIN:-} ]]; then
+		ln -sf "$ROCE_IPVLAN_BIN" "$CNI_BIN_DIR/roce-ipvlan"
+	fi
+}
+
+vm_setup() {
+	ip link set lo up
+	vm_modules
+	vm_rails
+	vm_cni_bin_dir
+	mkdir -p /var/lib/cni /etc/cni/net.d
+}
+
+rail_rdma_dev() { # rail_rdma_dev NETDEV -> rxeN (empty, status 1 when the rail has none)
+	rdma link show | awk -v nd="$1" '$0 ~ (" netdev " nd "( |$)") {split($2, a, "/"); print a[1]; f=1} END {exit !f}'
+}
+
+cnidriver() { "$CNIDRIVER" "$@"; }
+
+cni_exec() { # cni_exec ADD|CHECK|DEL CONF NETNS [IFNAME] [CONTAINER_ID]
+	# Runs the plugin named by the config's "type" the way a runtime would, so the test sees
+	# the raw stdout (libcni drops extension keys like "roce") and can use cniVersion 1.1.0.
+	local cmd=$1 conf=$2 netns=$3 ifname=${4:-net1} cid=${5:-direct-$(basename "$3")} type
+	type=$(jq -r .type "$conf")
+	CNI_COMMAND=$cmd CNI_CONTAINERID=$cid CNI_NETNS=$netns CNI_IFNAME=$ifname \
+		CNI_PATH=$CNI_PATH "$CNI_BIN_DIR/$type" <"$conf"
+}

@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# Boot Debian's stock kernel under QEMU (TCG) with the host's root as the VM's root, set up the
+# Soft-RoCE rails, run one command inside, print its output and exit with its exit status.
+#
+#   tests/vm/run.sh [--interactive] [--] COMMAND [ARGS...]   (COMMAND runs inside the VM)
+#
+# Environment:
+#   ROCE_IPVLAN_BIN  plugin binary (default: <repo>/target/debug/roce-ipvlan)
+#   VM_TIMEOUT       seconds before the VM is killed (default 1200)
+#   VM_MEM, VM_SMP   guest memory in MiB (1024) and CPUs (2)
+#   VM_RAILS         names of the Soft-RoCE rails, in NIC order (see lib.sh for the default)
+#   VM_BARE_NICS     names of extra NICs that get no RDMA device
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+interactive=0
+if [[ ${1:-} == --interactive ]]; then interactive=1; shift; fi
+[[ ${1:-} == -- ]] && shift
+(($# > 0)) || { echo "usage: $0 [--interactive] [--] COMMAND [ARGS...]" >&2; exit 2; }
+
+# Rail names are realistic on purpose: four rdmaN rails plus one named like a ConnectX port, so
+# nothing in the plugin may assume the rdmaN pattern. The bare NIC has no rxe device (error 104).
+rails=${VM_RAILS:-rdma0 rdma1 rdma2 rdma3 ens1f0np0}
+bare=${VM_BARE_NICS:-ens2f0np0}
+plugin=${ROCE_IPVLAN_BIN:-$repo/target/debug/roce-ipvlan}
+[[ $plugin == /* ]] || plugin=$PWD/$plugin
+
+kdir=$("$here/kernel.sh")
+kver=$(cat "$kdir/version")
+cnidriver=$("$repo/tests/cnidriver/build.sh")
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/roce-vm.XXXXXX")
+share=$work/share
+mkdir -p "$share"
+cleanup() {
+	[[ -n ${tailpid:-} ]] && kill "$tailpid" 2>/dev/null
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+# --- initramfs: static busybox, /init, and the modules needed to reach the host root. ---
+ird=$work/initramfs
+mkdir -p "$ird"/{bin,sbin,proc,sys,dev,lower,upper,newroot,modules}
+cp /bin/busybox "$ird/bin/busybox"
+for applet in sh mount umount insmod mkdir chroot setsid poweroff cat echo grep printf chmod sync; do
+	ln -s busybox "$ird/bin/$applet"
+done
+install -m 0755 "$here/init" "$ird/init"
+mdir=$kdir/lib/modules/$kver
+: >"$ird/modules.load"
+for want in virtio_pci 9pnet_virtio 9p overlay; do
+	line=$(grep -E "/$want\.ko(\.[a-z]+)?:" "$mdir/modules.dep") || {
+		grep -qE "/$want\.ko" "$mdir/modules.builtin" && continue # built in: nothing to load
+		echo "run.sh: module $want not found in $mdir" >&2
+		exit 1
+	}
+	# modules.dep lists the full dependency closure; load it right to left, then the module.
+	read -r -a deps <<<"${line#*:}"
+	for ((i = ${#deps[@]} - 1; i >= -1; i--)); do
+		m=${line%%:*}
+		((i >= 0)) && m=${deps[i]}
+		b=$(basename "$m")
+		grep -qxF "$b" "$ird/modules.load" && continue
+		cp "$mdir/$m" "$ird/modules/$b"
+		echo "$b" >>"$ird/modules.load"
+	done
+done
+(cd "$ird" && find . | cpio -o -H newc --quiet) >"$work/initramfs.cpio"
+
+# --- what the VM runs: boot.sh in the share, sourced by /init inside the chroot. ---
+{
+	echo "export ROCE_REPO=$(printf %q "$repo") ROCE_KDIR=$(printf %q "$kdir") ROCE_KVER=$kver"
+	echo "export ROCE_IPVLAN_BIN=$(printf %q "$plugin") CNIDRIVER=$(printf %q "$cnidriver")"
+	echo "export VM_RAILS=$(printf %q "$rails") VM_BARE_NICS=$(printf %q "$bare")"
+	printf 'cd %q\n' "$repo"
+	printf 'exec bash %q' "$here/guest.sh"
+	printf ' %q' "$@"
+	((interactive)) || printf ' >/run/vmshare/output.log 2>&1'
+	echo
+} >"$share/boot.sh"
+
+# --- QEMU: one virtio-net NIC per rail, each on its own hub (= its own L2 segment). ---
+# lib.sh finds NIC number i by this MAC scheme to give it its rail name.
+nics=()
+i=0
+for name in $rails $bare; do
+	mac=$(printf '52:54:00:0a:00:%02x' "$i")
+	nics+=(-netdev "hubport,id=n$i,hubid=$i" -device "virtio-net-pci,netdev=n$i,mac=$mac")
+	i=$((i + 1))
+done
+
+append="console=ttyS0 panic=-1 loglevel=4"
+if ((interactive)); then
+	append+=" roce_vm.interactive"
+	console=(-nographic -serial mon:stdio)
+else
+	# -enable-kvm hangs on the build machines; TCG is slower but always works.
+	console=(-display none -serial "file:$work/console.log" -monitor none)
+fi
+
+start=$(date +%s)
+set +e
+if ((!interactive)); then
+	touch "$share/output.log"
+	tail -n +1 -F "$share/output.log" 2>/dev/null &
+	tailpid=$!
+fi
+timeout -k 10 "${VM_TIMEOUT:-1200}" qemu-system-x86_64 \
+	-accel tcg -M pc -cpu max -m "${VM_MEM:-1024}" -smp "${VM_SMP:-2}" \
+	-nodefaults -no-reboot "${console[@]}" \
+	-kernel "$kdir/vmlinux" -initrd "$work/initramfs.cpio" -append "$append" \
+	-virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap \
+	-virtfs "local,path=$share,mount_tag=vmshare,security_model=none,multidevs=remap" \
+	"${nics[@]}" 2> >(grep -v 'is not connected to host network' >&2)
+qemu_rc=$?
+set -e
+sleep 0.3 # let tail print the last lines
+if [[ -n ${tailpid:-} ]]; then
+	kill "$tailpid" 2>/dev/null || true
+	wait "$tailpid" 2>/dev/null || true
+	tailpid=
+fi
+
+secs=$(($(date +%s) - start))
+if [[ ! -s $share/exit-code ]]; then
+	echo "run.sh: the VM produced no exit code (qemu exit $qemu_rc after ${secs}s; 124 = timeout)" >&2
+	[[ -f $work/console.log ]] && { echo "--- last console lines ---" >&2; tail -n 40 "$work/console.log" >&2; }
+	exit 1
+fi
+rc=$(cat "$share/exit-code")
+echo "run.sh: VM finished in ${secs}s, exit code $rc" >&2
+exit "$rc"
