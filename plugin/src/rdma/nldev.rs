@@ -1,0 +1,638 @@
+//! RDMA netlink (`NETLINK_RDMA`, client `RDMA_NL_NLDEV`), encoded by hand: the port -> netdev
+//! binding and the RDMA subsystem's netns mode.
+//!
+//! Constants are from `include/uapi/rdma/rdma_netlink.h` (checked against torvalds/linux,
+//! NVIDIA/NV-Kernels and iproute2's copy; `RDMA_NLDEV_SYS_ATTR_NETNS_MODE = 66` also matches
+//! vishvananda/netlink). NLDEV messages carry no family header: attributes follow `nlmsghdr`
+//! directly, in host byte order.
+
+use std::io;
+
+use netlink_sys::{Socket, SocketAddr};
+
+use super::RdmaPort;
+
+const NETLINK_RDMA: isize = 20;
+/// Client number; the message type is `RDMA_NL_GET_TYPE(client, op) = (client << 10) + op`.
+const RDMA_NL_NLDEV: u16 = 5;
+
+const RDMA_NLDEV_CMD_GET: u16 = 1;
+const RDMA_NLDEV_CMD_PORT_GET: u16 = 5;
+const RDMA_NLDEV_CMD_SYS_GET: u16 = 6;
+
+const RDMA_NLDEV_ATTR_DEV_INDEX: u16 = 1; // u32
+const RDMA_NLDEV_ATTR_DEV_NAME: u16 = 2; // string
+const RDMA_NLDEV_ATTR_PORT_INDEX: u16 = 3; // u32
+const RDMA_NLDEV_ATTR_NDEV_INDEX: u16 = 50; // u32
+const RDMA_NLDEV_ATTR_NDEV_NAME: u16 = 51; // string
+const RDMA_NLDEV_SYS_ATTR_NETNS_MODE: u16 = 66; // u8
+
+// include/uapi/linux/netlink.h
+const NLMSG_HDRLEN: usize = 16;
+const NLA_HDRLEN: usize = 4;
+const NLMSG_NOOP: u16 = 1;
+const NLMSG_ERROR: u16 = 2;
+const NLMSG_DONE: u16 = 3;
+const NLMSG_OVERRUN: u16 = 4;
+const NLM_F_REQUEST: u16 = 0x1;
+const NLM_F_MULTI: u16 = 0x2;
+const NLM_F_DUMP: u16 = 0x300;
+/// The attribute type without NLA_F_NESTED (0x8000) and NLA_F_NET_BYTEORDER (0x4000).
+const NLA_TYPE_MASK: u16 = 0x3fff;
+
+/// The kernel sizes dump batches after the reader's buffer, capped near 32 KiB, so 64 KiB
+/// always holds a whole datagram.
+const RECV_BUF_LEN: usize = 64 * 1024;
+
+/// An RDMA port and the netdev it is bound to, as RDMA netlink reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortNetdev {
+    pub port: RdmaPort,
+    /// None when the port has no netdev, or its netdev is in another netns than the socket
+    /// (the kernel reports a port's netdev only to its own netns).
+    pub ndev_index: Option<u32>,
+    pub ndev_name: Option<String>,
+}
+
+/// How RDMA devices relate to network namespaces (`rdma system show netns`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NetnsMode {
+    /// Every netns sees every RDMA device (the default).
+    Shared,
+    /// Each RDMA device belongs to one netns.
+    Exclusive,
+}
+
+/// Every port of every RDMA device visible from this thread's netns, with its netdev.
+pub fn netlink_ports() -> io::Result<Vec<PortNetdev>> {
+    let devices = exchange(nldev_type(RDMA_NLDEV_CMD_GET), NLM_F_DUMP, &[])
+        .map_err(|e| context(e, "listing RDMA devices"))?;
+    let mut ports = Vec::new();
+    for device in &devices {
+        let (index, name) = device_handle(device)?;
+        // The port dump is per device: the kernel rejects it without DEV_INDEX.
+        let replies = exchange(
+            nldev_type(RDMA_NLDEV_CMD_PORT_GET),
+            NLM_F_DUMP,
+            &[(RDMA_NLDEV_ATTR_DEV_INDEX, &index.to_ne_bytes())],
+        )
+        .map_err(|e| context(e, &format!("listing the ports of {name}")))?;
+        for reply in &replies {
+            ports.push(port_netdev(reply)?);
+        }
+    }
+    Ok(ports)
+}
+
+/// The RDMA subsystem's netns mode. In exclusive mode an RDMA device belongs to one netns, so
+/// pods cannot share the rail's device; callers check this before changing anything.
+pub fn netns_mode() -> io::Result<NetnsMode> {
+    let replies = exchange(nldev_type(RDMA_NLDEV_CMD_SYS_GET), 0, &[])
+        .map_err(|e| context(e, "reading the RDMA netns mode"))?;
+    let reply = replies.first().ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            "no reply to RDMA_NLDEV_CMD_SYS_GET",
+        )
+    })?;
+    parse_netns_mode(reply)
+}
+
+fn context(err: io::Error, what: &str) -> io::Error {
+    io::Error::new(err.kind(), format!("RDMA netlink, {what}: {err}"))
+}
+
+fn nldev_type(cmd: u16) -> u16 {
+    (RDMA_NL_NLDEV << 10) + cmd
+}
+
+/// Sends one request on a fresh socket and collects the attributes of every reply.
+fn exchange(msg_type: u16, flags: u16, attrs: &[(u16, &[u8])]) -> io::Result<Vec<Attrs>> {
+    let mut socket = Socket::new(NETLINK_RDMA)?;
+    socket.bind_auto()?;
+    socket.connect(&SocketAddr::new(0, 0))?;
+    let seq = 1;
+    socket.send(
+        &encode_request(msg_type, NLM_F_REQUEST | flags, seq, attrs),
+        0,
+    )?;
+    let mut buf = Vec::with_capacity(RECV_BUF_LEN);
+    let mut replies = Vec::new();
+    loop {
+        buf.clear();
+        // MSG_TRUNC makes recv return the datagram's real length, so truncation shows.
+        let len = socket.recv(&mut buf, nix::libc::MSG_TRUNC)?;
+        if len > buf.len() {
+            return Err(io::Error::other(format!(
+                "a {len} byte reply does not fit the {} byte buffer",
+                buf.len()
+            )));
+        }
+        if collect_replies(&buf, seq, msg_type, &mut replies)? == Progress::Done {
+            return Ok(replies);
+        }
+    }
+}
+
+fn align4(len: usize) -> usize {
+    (len + 3) & !3
+}
+
+/// One request message: `nlmsghdr` (length, type, flags, seq, pid 0), then the attributes,
+/// each `nlattr` (length incl. its 4-byte header, type) + value, padded to 4 bytes.
+fn encode_request(msg_type: u16, flags: u16, seq: u32, attrs: &[(u16, &[u8])]) -> Vec<u8> {
+    let mut buf = vec![0u8; NLMSG_HDRLEN];
+    for &(attr_type, value) in attrs {
+        let len = u16::try_from(NLA_HDRLEN + value.len())
+            .expect("request attributes are a few bytes, far below 64 KiB");
+        buf.extend_from_slice(&len.to_ne_bytes());
+        buf.extend_from_slice(&attr_type.to_ne_bytes());
+        buf.extend_from_slice(value);
+        buf.resize(align4(buf.len()), 0);
+    }
+    let total = u32::try_from(buf.len()).expect("a request is a few bytes long");
+    buf[0..4].copy_from_slice(&total.to_ne_bytes());
+    buf[4..6].copy_from_slice(&msg_type.to_ne_bytes());
+    buf[6..8].copy_from_slice(&flags.to_ne_bytes());
+    buf[8..12].copy_from_slice(&seq.to_ne_bytes());
+    buf
+}
+
+fn invalid(what: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, what)
+}
+
+fn ne_u16(bytes: &[u8]) -> u16 {
+    u16::from_ne_bytes([bytes[0], bytes[1]])
+}
+
+fn ne_u32(bytes: &[u8]) -> u32 {
+    u32::from_ne_bytes([bytes[0], bytes[1], bytes[2], bytes[3]])
+}
+
+/// One netlink message inside a received datagram.
+struct NlMsg<'a> {
+    msg_type: u16,
+    flags: u16,
+    seq: u32,
+    payload: &'a [u8],
+}
+
+/// Splits a datagram into its messages; each starts on a 4-byte boundary.
+fn split_messages(mut buf: &[u8]) -> io::Result<Vec<NlMsg<'_>>> {
+    let mut messages = Vec::new();
+    while !buf.is_empty() {
+        if buf.len() < NLMSG_HDRLEN {
+            return Err(invalid(format!(
+                "{} trailing bytes, shorter than a netlink header",
+                buf.len()
+            )));
+        }
+        let len = ne_u32(buf) as usize;
+        if len < NLMSG_HDRLEN || len > buf.len() {
+            return Err(invalid(format!(
+                "netlink message length {len} out of bounds ({} bytes left)",
+                buf.len()
+            )));
+        }
+        messages.push(NlMsg {
+            msg_type: ne_u16(&buf[4..]),
+            flags: ne_u16(&buf[6..]),
+            seq: ne_u32(&buf[8..]),
+            payload: &buf[NLMSG_HDRLEN..len],
+        });
+        buf = &buf[align4(len).min(buf.len())..];
+    }
+    Ok(messages)
+}
+
+/// The attributes of one message, in order; values are owned so they outlive the buffer.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Attrs(Vec<(u16, Vec<u8>)>);
+
+impl Attrs {
+    /// Parses a flat attribute stream (NLDEV replies used here need no nesting; nested
+    /// attributes are kept as opaque values).
+    fn parse(mut data: &[u8]) -> io::Result<Attrs> {
+        let mut attrs = Vec::new();
+        while !data.is_empty() {
+            if data.len() < NLA_HDRLEN {
+                return Err(invalid(format!(
+                    "{} trailing bytes, shorter than an attribute header",
+                    data.len()
+                )));
+            }
+            let len = usize::from(ne_u16(data));
+            if len < NLA_HDRLEN || len > data.len() {
+                return Err(invalid(format!(
+                    "attribute length {len} out of bounds ({} bytes left)",
+                    data.len()
+                )));
+            }
+            let attr_type = ne_u16(&data[2..]) & NLA_TYPE_MASK;
+            attrs.push((attr_type, data[NLA_HDRLEN..len].to_vec()));
+            // The last attribute's padding may be left out of the message length.
+            data = &data[align4(len).min(data.len())..];
+        }
+        Ok(Attrs(attrs))
+    }
+
+    fn get(&self, attr_type: u16) -> Option<&[u8]> {
+        self.0
+            .iter()
+            .find(|(t, _)| *t == attr_type)
+            .map(|(_, value)| value.as_slice())
+    }
+
+    fn u8(&self, attr_type: u16) -> io::Result<Option<u8>> {
+        self.get(attr_type)
+            .map(|v| match v {
+                [b] => Ok(*b),
+                _ => Err(invalid(format!(
+                    "attribute {attr_type}: expected 1 byte, found {}",
+                    v.len()
+                ))),
+            })
+            .transpose()
+    }
+
+    fn u32(&self, attr_type: u16) -> io::Result<Option<u32>> {
+        self.get(attr_type)
+            .map(|v| match v.len() {
+                4 => Ok(ne_u32(v)),
+                n => Err(invalid(format!(
+                    "attribute {attr_type}: expected 4 bytes, found {n}"
+                ))),
+            })
+            .transpose()
+    }
+
+    /// A NUL-terminated string attribute.
+    fn string(&self, attr_type: u16) -> io::Result<Option<String>> {
+        self.get(attr_type)
+            .map(|v| {
+                let text = v.split(|&b| b == 0).next().unwrap_or_default();
+                String::from_utf8(text.to_vec())
+                    .map_err(|_| invalid(format!("attribute {attr_type}: not UTF-8: {text:?}")))
+            })
+            .transpose()
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Progress {
+    More,
+    Done,
+}
+
+/// Feeds one received datagram: appends the attributes of each reply of type `msg_type` to
+/// request `seq`. Done on NLMSG_DONE (end of a dump), on an ACK, or after a reply without
+/// NLM_F_MULTI (the single answer of a non-dump request); a kernel error becomes Err with
+/// its errno.
+fn collect_replies(
+    buf: &[u8],
+    seq: u32,
+    msg_type: u16,
+    out: &mut Vec<Attrs>,
+) -> io::Result<Progress> {
+    for msg in split_messages(buf)? {
+        if msg.seq != seq {
+            continue;
+        }
+        match msg.msg_type {
+            NLMSG_NOOP => {}
+            NLMSG_ERROR => {
+                // struct nlmsgerr: int error (0 = ACK, else -errno), then the request header.
+                let code = error_code(msg.payload)
+                    .ok_or_else(|| invalid("NLMSG_ERROR shorter than its error code".into()))?;
+                return match code {
+                    0 => Ok(Progress::Done),
+                    c if c < 0 => Err(io::Error::from_raw_os_error(-c)),
+                    c => Err(invalid(format!("NLMSG_ERROR with positive code {c}"))),
+                };
+            }
+            NLMSG_DONE => {
+                // A dump that fails after it started reports -errno in NLMSG_DONE's payload.
+                return match error_code(msg.payload) {
+                    Some(c) if c < 0 => Err(io::Error::from_raw_os_error(-c)),
+                    _ => Ok(Progress::Done),
+                };
+            }
+            NLMSG_OVERRUN => return Err(io::Error::other("netlink reported an overrun")),
+            t if t == msg_type => {
+                out.push(Attrs::parse(msg.payload)?);
+                if msg.flags & NLM_F_MULTI == 0 {
+                    return Ok(Progress::Done);
+                }
+            }
+            other => {
+                return Err(invalid(format!(
+                    "unexpected netlink message type {other:#x}, expected {msg_type:#x}"
+                )))
+            }
+        }
+    }
+    Ok(Progress::More)
+}
+
+fn error_code(payload: &[u8]) -> Option<i32> {
+    payload
+        .get(..4)
+        .map(|b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+fn missing(attr: &str) -> io::Error {
+    invalid(format!("RDMA netlink reply without {attr}"))
+}
+
+/// (device index, device name) of an `RDMA_NLDEV_CMD_GET` reply.
+fn device_handle(attrs: &Attrs) -> io::Result<(u32, String)> {
+    let index = attrs
+        .u32(RDMA_NLDEV_ATTR_DEV_INDEX)?
+        .ok_or_else(|| missing("RDMA_NLDEV_ATTR_DEV_INDEX"))?;
+    let name = attrs
+        .string(RDMA_NLDEV_ATTR_DEV_NAME)?
+        .ok_or_else(|| missing("RDMA_NLDEV_ATTR_DEV_NAME"))?;
+    Ok((index, name))
+}
+
+/// An `RDMA_NLDEV_CMD_PORT_GET` reply.
+fn port_netdev(attrs: &Attrs) -> io::Result<PortNetdev> {
+    let (_, device) = device_handle(attrs)?;
+    let port = attrs
+        .u32(RDMA_NLDEV_ATTR_PORT_INDEX)?
+        .ok_or_else(|| missing("RDMA_NLDEV_ATTR_PORT_INDEX"))?;
+    Ok(PortNetdev {
+        port: RdmaPort { device, port },
+        ndev_index: attrs.u32(RDMA_NLDEV_ATTR_NDEV_INDEX)?,
+        ndev_name: attrs.string(RDMA_NLDEV_ATTR_NDEV_NAME)?,
+    })
+}
+
+/// An `RDMA_NLDEV_CMD_SYS_GET` reply.
+fn parse_netns_mode(attrs: &Attrs) -> io::Result<NetnsMode> {
+    match attrs.u8(RDMA_NLDEV_SYS_ATTR_NETNS_MODE)? {
+        Some(0) => Ok(NetnsMode::Exclusive),
+        Some(1) => Ok(NetnsMode::Shared),
+        Some(other) => Err(invalid(format!("unknown RDMA netns mode {other}"))),
+        None => Err(missing("RDMA_NLDEV_SYS_ATTR_NETNS_MODE")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SEQ: u32 = 1;
+
+    /// A netlink message built independently of `encode_request`.
+    fn nlmsg(msg_type: u16, flags: u16, seq: u32, payload: &[u8]) -> Vec<u8> {
+        let mut m = Vec::new();
+        m.extend_from_slice(&((16 + payload.len()) as u32).to_ne_bytes());
+        m.extend_from_slice(&msg_type.to_ne_bytes());
+        m.extend_from_slice(&flags.to_ne_bytes());
+        m.extend_from_slice(&seq.to_ne_bytes());
+        m.extend_from_slice(&4242u32.to_ne_bytes()); // the kernel's portid is ignored
+        m.extend_from_slice(payload);
+        while m.len() % 4 != 0 {
+            m.push(0);
+        }
+        m
+    }
+
+    fn nla(attr_type: u16, value: &[u8]) -> Vec<u8> {
+        let mut a = Vec::new();
+        a.extend_from_slice(&((4 + value.len()) as u16).to_ne_bytes());
+        a.extend_from_slice(&attr_type.to_ne_bytes());
+        a.extend_from_slice(value);
+        while a.len() % 4 != 0 {
+            a.push(0);
+        }
+        a
+    }
+
+    fn nla_u32(attr_type: u16, value: u32) -> Vec<u8> {
+        nla(attr_type, &value.to_ne_bytes())
+    }
+
+    fn nla_str(attr_type: u16, value: &str) -> Vec<u8> {
+        let mut v = value.as_bytes().to_vec();
+        v.push(0);
+        nla(attr_type, &v)
+    }
+
+    /// A PORT_GET reply shaped like fill_port_info(): handle, port, state, optional netdev.
+    fn port_reply(dev_index: u32, dev: &str, port: u32, ndev: Option<(u32, &str)>) -> Vec<u8> {
+        let mut p = Vec::new();
+        p.extend(nla_u32(RDMA_NLDEV_ATTR_DEV_INDEX, dev_index));
+        p.extend(nla_str(RDMA_NLDEV_ATTR_DEV_NAME, dev));
+        p.extend(nla_u32(RDMA_NLDEV_ATTR_PORT_INDEX, port));
+        p.extend(nla(12, &[4])); // RDMA_NLDEV_ATTR_PORT_STATE, u8: padded, must be skipped
+        p.extend(nla(13, &[5])); // RDMA_NLDEV_ATTR_PORT_PHYS_STATE
+        if let Some((index, name)) = ndev {
+            p.extend(nla_u32(RDMA_NLDEV_ATTR_NDEV_INDEX, index));
+            p.extend(nla_str(RDMA_NLDEV_ATTR_NDEV_NAME, name));
+        }
+        nlmsg(nldev_type(RDMA_NLDEV_CMD_PORT_GET), NLM_F_MULTI, SEQ, &p)
+    }
+
+    fn done(code: i32) -> Vec<u8> {
+        nlmsg(NLMSG_DONE, NLM_F_MULTI, SEQ, &code.to_ne_bytes())
+    }
+
+    fn error(code: i32) -> Vec<u8> {
+        let mut payload = code.to_ne_bytes().to_vec();
+        payload.extend_from_slice(&[0u8; 16]); // echoed request header
+        nlmsg(NLMSG_ERROR, 0, SEQ, &payload)
+    }
+
+    fn ports_of(buf: &[u8]) -> io::Result<(Progress, Vec<PortNetdev>)> {
+        let mut out = Vec::new();
+        let progress = collect_replies(buf, SEQ, nldev_type(RDMA_NLDEV_CMD_PORT_GET), &mut out)?;
+        let ports = out.iter().map(port_netdev).collect::<io::Result<_>>()?;
+        Ok((progress, ports))
+    }
+
+    #[test]
+    fn message_types_follow_rdma_nl_get_type() {
+        assert_eq!(nldev_type(RDMA_NLDEV_CMD_GET), 0x1401);
+        assert_eq!(nldev_type(RDMA_NLDEV_CMD_PORT_GET), (5 << 10) + 5);
+        assert_eq!(nldev_type(RDMA_NLDEV_CMD_SYS_GET), 0x1406);
+    }
+
+    #[test]
+    fn port_dump_request_bytes() {
+        let req = encode_request(
+            nldev_type(RDMA_NLDEV_CMD_PORT_GET),
+            NLM_F_REQUEST | NLM_F_DUMP,
+            7,
+            &[(RDMA_NLDEV_ATTR_DEV_INDEX, &3u32.to_ne_bytes())],
+        );
+        let mut expected = Vec::new();
+        expected.extend_from_slice(&24u32.to_ne_bytes()); // 16 header + 8 attribute
+        expected.extend_from_slice(&0x1405u16.to_ne_bytes());
+        expected.extend_from_slice(&0x0301u16.to_ne_bytes());
+        expected.extend_from_slice(&7u32.to_ne_bytes());
+        expected.extend_from_slice(&0u32.to_ne_bytes());
+        expected.extend_from_slice(&8u16.to_ne_bytes());
+        expected.extend_from_slice(&1u16.to_ne_bytes());
+        expected.extend_from_slice(&3u32.to_ne_bytes());
+        assert_eq!(req, expected);
+    }
+
+    #[test]
+    fn request_pads_odd_attributes() {
+        let req = encode_request(0x1406, NLM_F_REQUEST, 1, &[(2, b"rxe0\0"), (3, &[1])]);
+        // 16 + (4 + 5 -> 12) + (4 + 1 -> 8)
+        assert_eq!(req.len(), 36);
+        assert_eq!(ne_u32(&req), 36);
+        assert_eq!(ne_u16(&req[16..]), 9, "nla_len excludes padding");
+        assert_eq!(&req[20..28], b"rxe0\0\0\0\0");
+        assert_eq!(ne_u16(&req[28..]), 5);
+        assert_eq!(ne_u16(&req[30..]), 3);
+    }
+
+    #[test]
+    fn parses_two_port_dump_with_and_without_netdev() {
+        let mut buf = port_reply(0, "mlx5_0", 1, Some((7, "ens1f0np0")));
+        buf.extend(port_reply(1, "rxe0", 1, None));
+        buf.extend(done(0));
+        let (progress, ports) = ports_of(&buf).unwrap();
+        assert_eq!(progress, Progress::Done);
+        assert_eq!(
+            ports,
+            vec![
+                PortNetdev {
+                    port: RdmaPort {
+                        device: "mlx5_0".into(),
+                        port: 1
+                    },
+                    ndev_index: Some(7),
+                    ndev_name: Some("ens1f0np0".into()),
+                },
+                PortNetdev {
+                    port: RdmaPort {
+                        device: "rxe0".into(),
+                        port: 1
+                    },
+                    ndev_index: None,
+                    ndev_name: None,
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn multipart_dump_continues_until_done() {
+        let first = port_reply(0, "mlx5_0", 1, Some((7, "ens1f0np0")));
+        let (progress, ports) = ports_of(&first).unwrap();
+        assert_eq!(progress, Progress::More);
+        assert_eq!(ports.len(), 1);
+        let mut second = port_reply(0, "mlx5_0", 2, None);
+        second.extend(done(0));
+        let (progress, ports) = ports_of(&second).unwrap();
+        assert_eq!(progress, Progress::Done);
+        assert_eq!(ports[0].port.port, 2);
+    }
+
+    #[test]
+    fn nlmsg_error_becomes_errno_and_ack_ends() {
+        let err = ports_of(&error(-22)).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(22)); // EINVAL
+        let (progress, ports) = ports_of(&error(0)).unwrap();
+        assert_eq!(progress, Progress::Done);
+        assert!(ports.is_empty());
+        // A dump that fails midway reports -errno in NLMSG_DONE.
+        let mut buf = port_reply(0, "mlx5_0", 1, None);
+        buf.extend(done(-19));
+        assert_eq!(ports_of(&buf).unwrap_err().raw_os_error(), Some(19));
+    }
+
+    #[test]
+    fn single_reply_without_multi_ends_the_exchange() {
+        let reply = nlmsg(
+            nldev_type(RDMA_NLDEV_CMD_SYS_GET),
+            0,
+            SEQ,
+            &[nla(RDMA_NLDEV_SYS_ATTR_NETNS_MODE, &[0]), nla(68, &[1])].concat(),
+        );
+        let mut out = Vec::new();
+        let progress =
+            collect_replies(&reply, SEQ, nldev_type(RDMA_NLDEV_CMD_SYS_GET), &mut out).unwrap();
+        assert_eq!(progress, Progress::Done);
+        assert_eq!(parse_netns_mode(&out[0]).unwrap(), NetnsMode::Exclusive);
+    }
+
+    #[test]
+    fn netns_mode_values() {
+        let mode = |v: &[u8]| parse_netns_mode(&Attrs(vec![(66, v.to_vec())]));
+        assert_eq!(mode(&[1]).unwrap(), NetnsMode::Shared);
+        assert_eq!(mode(&[0]).unwrap(), NetnsMode::Exclusive);
+        assert!(mode(&[2]).is_err());
+        assert!(mode(&[1, 0, 0, 0]).is_err());
+        assert!(parse_netns_mode(&Attrs::default()).is_err());
+    }
+
+    #[test]
+    fn skips_other_sequence_numbers_and_noop() {
+        let mut buf = nlmsg(NLMSG_NOOP, 0, SEQ, &[]);
+        buf.extend(nlmsg(NLMSG_ERROR, 0, SEQ + 1, &(-1i32).to_ne_bytes()));
+        buf.extend(port_reply(0, "mlx5_0", 1, None));
+        buf.extend(done(0));
+        let (progress, ports) = ports_of(&buf).unwrap();
+        assert_eq!(progress, Progress::Done);
+        assert_eq!(ports.len(), 1);
+    }
+
+    #[test]
+    fn attribute_type_flags_are_masked() {
+        let attrs = Attrs::parse(&nla_u32(0x8000 | RDMA_NLDEV_ATTR_PORT_INDEX, 9)).unwrap();
+        assert_eq!(attrs.u32(RDMA_NLDEV_ATTR_PORT_INDEX).unwrap(), Some(9));
+    }
+
+    #[test]
+    fn malformed_input_is_invalid_data() {
+        // Message length beyond the datagram.
+        let mut buf = port_reply(0, "mlx5_0", 1, None);
+        buf.truncate(buf.len() - 4);
+        assert_eq!(
+            ports_of(&buf).unwrap_err().kind(),
+            io::ErrorKind::InvalidData
+        );
+        // Attribute length beyond the message.
+        let mut bad = nla_u32(RDMA_NLDEV_ATTR_PORT_INDEX, 1);
+        bad[0] = 40;
+        assert!(Attrs::parse(&bad).is_err());
+        // Attribute length below its header.
+        assert!(Attrs::parse(&[2, 0, 1, 0]).is_err());
+        // A u32 attribute of the wrong size.
+        let attrs = Attrs::parse(&nla(RDMA_NLDEV_ATTR_PORT_INDEX, &[1, 0])).unwrap();
+        assert!(attrs.u32(RDMA_NLDEV_ATTR_PORT_INDEX).is_err());
+        // A reply of an unexpected type.
+        let other = nlmsg(nldev_type(RDMA_NLDEV_CMD_GET), NLM_F_MULTI, SEQ, &[]);
+        assert!(ports_of(&other).is_err());
+        // A port reply without its port index.
+        let no_port = nlmsg(
+            nldev_type(RDMA_NLDEV_CMD_PORT_GET),
+            NLM_F_MULTI,
+            SEQ,
+            &[
+                nla_u32(RDMA_NLDEV_ATTR_DEV_INDEX, 0),
+                nla_str(RDMA_NLDEV_ATTR_DEV_NAME, "x"),
+            ]
+            .concat(),
+        );
+        assert!(ports_of(&no_port).is_err());
+    }
+
+    #[test]
+    #[ignore = "needs a kernel with RDMA netlink (ib_core loaded) and at least one RDMA device, e.g. rxe"]
+    fn live_netlink_lists_ports_and_netns_mode() {
+        let ports = netlink_ports().expect("RDMA netlink dump");
+        assert!(!ports.is_empty(), "no RDMA port found");
+        for p in &ports {
+            assert!(p.port.port >= 1, "{p:?}");
+        }
+        netns_mode().expect("RDMA_NLDEV_CMD_SYS_GET");
+    }
+}
