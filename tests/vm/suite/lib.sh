@@ -1,0 +1,155 @@
+# Test helpers for the VM suite (sourced by suite/run.sh, inside the VM).
+# A test is a function named test_* in suite/*.sh. It runs in its own subshell with
+# 'set -euo pipefail'; the first failing assertion ends it with a message. Namespaces it creates
+# with new_pod are deleted afterwards even when it fails.
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+note() { echo "  - $*"; }
+
+assert_eq() { # assert_eq GOT WANT WHAT
+	[[ $1 == "$2" ]] || fail "$3: got '$1', want '$2'"
+}
+assert_match() { # assert_match TEXT ERE WHAT
+	[[ $1 =~ $2 ]] || fail "$3: '$1' does not match /$2/"
+}
+assert_no_match() { # assert_no_match TEXT ERE WHAT
+	[[ ! $1 =~ $2 ]] || fail "$3: '$1' unexpectedly matches /$2/"
+}
+# run_cmd CMD...: run without aborting the test; sets OUT (stdout), ERR (stderr) and RC.
+run_cmd() {
+	local o e
+	o=$(mktemp) e=$(mktemp)
+	RC=0
+	"$@" >"$o" 2>"$e" || RC=$?
+	OUT=$(cat "$o") ERR=$(cat "$e")
+	rm -f "$o" "$e"
+}
+assert_ok() { # assert_ok CMD...: must succeed; OUT holds its stdout
+	run_cmd "$@"
+	((RC == 0)) || fail "'$*' exited $RC: ${OUT:+stdout: $OUT }${ERR:+stderr: $ERR}"
+}
+assert_fails() { # assert_fails CMD...: must exit non-zero; OUT/ERR hold what it said
+	run_cmd "$@"
+	((RC != 0)) || fail "'$*' succeeded but should have failed (stdout: $OUT)"
+}
+
+# --- pods ---
+PODS=()
+new_pod() { # new_pod NAME: fresh netns at /run/netns/NAME with lo up
+	ip netns add "$1"
+	PODS+=("$1")
+	ip -n "$1" link set lo up
+}
+cleanup_pods() {
+	local p
+	for p in "${PODS[@]}"; do ip netns del "$p" 2>/dev/null || true; done
+}
+in_pod() { local p=$1; shift; ip netns exec "$p" "$@"; }
+
+require_plugin() {
+	[[ -x $CNI_BIN_DIR/roce-ipvlan ]] ||
+		fail "roce-ipvlan binary not found (ROCE_IPVLAN_BIN=${ROCE_IPVLAN_BIN:-unset}); build it with 'make build'"
+}
+
+# roce_conf FILE NAME MASTER VERSION SUBNET [EXTRA_JSON]: a roce-ipvlan config with host-local
+roce_conf() {
+	jq -n --arg name "$2" --arg master "$3" --arg v "$4" --arg subnet "$5" \
+		--argjson extra "${6:-{\}}" \
+		'{cniVersion: $v, name: $name, type: "roce-ipvlan", master: $master, mode: "l2",
+		  ipam: {type: "host-local", subnet: $subnet}} + $extra' >"$1"
+}
+
+# --- GIDs ---
+gid_long() { # gid_long GID: any IPv6 spelling -> the 8x4-hex form sysfs prints
+	python3 -c 'import ipaddress, sys; print(ipaddress.IPv6Address(sys.argv[1]).exploded)' "$1"
+}
+gid_of_ipv4() { gid_long "::ffff:$1"; }
+
+# find_gid POD DEV PORT IPV4 NDEV: print the index of the RoCE v2 GID for IPV4 on NDEV, as
+# seen from inside POD (DOCA-OFED hides other namespaces' GIDs; upstream shows all of them).
+find_gid() {
+	local want f i
+	want=$(gid_of_ipv4 "$4")
+	for f in $(in_pod "$1" grep -lx "$want" /sys/class/infiniband/"$2"/ports/"$3"/gids/* 2>/dev/null); do
+		i=${f##*/}
+		[[ $(in_pod "$1" cat "/sys/class/infiniband/$2/ports/$3/gid_attrs/types/$i") == "RoCE v2" ]] || continue
+		[[ $(in_pod "$1" cat "/sys/class/infiniband/$2/ports/$3/gid_attrs/ndevs/$i") == "$5" ]] || continue
+		echo "$i"
+		return 0
+	done
+	return 1
+}
+
+gid_present() { # gid_present DEV IPV4: any GID for IPV4 left on DEV (host view)
+	grep -qlx "$(gid_of_ipv4 "$2")" /sys/class/infiniband/"$1"/ports/*/gids/* 2>/dev/null
+}
+
+# --- what an attachment must look like (docs/contract.md) ---
+# verify_attachment POD IFNAME RAIL CIDR [RAW_RESULT_FILE]
+# Prints "DEV PORT INDEX TABLE" for later checks.
+verify_attachment() {
+	local pod=$1 ifn=$2 rail=$3 cidr=$4 raw=${5:-} ip=${4%/*} link dev port idx gid alias table k v
+	ip=${cidr%/*}
+
+	link=$(in_pod "$pod" ip -d link show dev "$ifn") || fail "$ifn missing in $pod"
+	assert_match "$link" 'ipvlan +mode l2' "$ifn is an IPvlan L2 child"
+	assert_eq "$(in_pod "$pod" cat "/sys/class/net/$ifn/iflink")" "$(cat "/sys/class/net/$rail/ifindex")" \
+		"$ifn's lower device is $rail"
+	assert_match "$(in_pod "$pod" ip -4 -o addr show dev "$ifn")" "inet ${cidr//./\\.} " "$ifn has $cidr"
+
+	for kv in arp_announce=2 arp_filter=1 arp_ignore=1 rp_filter=0 accept_local=1; do
+		k=${kv%=*} v=${kv#*=}
+		assert_eq "$(in_pod "$pod" cat "/proc/sys/net/ipv4/conf/$ifn/$k")" "$v" "$ifn $k"
+	done
+	assert_eq "$(in_pod "$pod" cat /proc/sys/net/ipv4/conf/all/rp_filter)" 0 "pod all.rp_filter"
+
+	table=$((10000 + $(in_pod "$pod" cat "/sys/class/net/$ifn/ifindex")))
+	in_pod "$pod" ip -4 rule show | grep -qE "^1000:[[:space:]]+from ${ip//./\\.} lookup $table([[:space:]]|$)" ||
+		fail "no rule '1000: from $ip lookup $table' in $pod: $(in_pod "$pod" ip -4 rule show | tr '\n' ';')"
+	routes=$(in_pod "$pod" ip -4 route show table "$table")
+	[[ -n $routes ]] || fail "table $table is empty"
+	while read -r line; do
+		assert_match "$line" "dev $ifn( |$)" "route in table $table uses $ifn"
+	done <<<"$routes"
+
+	# The ifalias tells the pod which RDMA device, port and GID index belong to its child.
+	alias=$(in_pod "$pod" cat "/sys/class/net/$ifn/ifalias")
+	assert_match "$alias" '^rdma_dev=[^ ]+ port=[0-9]+ gid_index=[0-9]+ gid=[^ ]+$' "$ifn ifalias format"
+	for kv in $alias; do
+		case $kv in
+		rdma_dev=*) dev=${kv#*=} ;; port=*) port=${kv#*=} ;;
+		gid_index=*) idx=${kv#*=} ;; gid=*) gid=${kv#*=} ;;
+		esac
+	done
+	assert_eq "$dev" "$(rail_rdma_dev "$rail")" "RDMA device of $rail"
+	assert_eq "$(gid_long "$gid")" "$(gid_of_ipv4 "$ip")" "ifalias gid"
+	local base=/sys/class/infiniband/$dev/ports/$port
+	assert_eq "$(in_pod "$pod" cat "$base/gids/$idx")" "$(gid_of_ipv4 "$ip")" "GID $dev/$port/$idx seen from the pod"
+	assert_eq "$(in_pod "$pod" cat "$base/gid_attrs/types/$idx")" "RoCE v2" "GID type of $dev/$port/$idx"
+	assert_eq "$(in_pod "$pod" cat "$base/gid_attrs/ndevs/$idx")" "$ifn" "GID ndev of $dev/$port/$idx"
+
+	if [[ -n $raw ]]; then
+		assert_eq "$(jq -r .roce.rdmaDevice "$raw")" "$dev" "result roce.rdmaDevice"
+		assert_eq "$(jq -r .roce.port "$raw")" "$port" "result roce.port"
+		assert_eq "$(jq -r .roce.gidIndex "$raw")" "$idx" "result roce.gidIndex"
+		assert_eq "$(gid_long "$(jq -r .roce.gid "$raw")")" "$(gid_of_ipv4 "$ip")" "result roce.gid"
+		assert_eq "$(jq -r .roce.gidType "$raw")" "RoCE v2" "result roce.gidType"
+	fi
+	echo "$dev $port $idx $table"
+}
+
+# verify_gone POD IFNAME NETNAME IPV4 DEV TABLE: DEL left nothing behind
+verify_gone() {
+	local pod=$1 ifn=$2 net=$3 ip=$4 dev=$5 table=$6
+	if [[ -e /run/netns/$pod ]]; then
+		! in_pod "$pod" ip link show dev "$ifn" >/dev/null 2>&1 || fail "$ifn still exists in $pod"
+		assert_no_match "$(in_pod "$pod" ip -4 rule show)" "lookup $table( |$)" "rule for table $table"
+		assert_eq "$(in_pod "$pod" ip -4 route show table "$table" 2>/dev/null)" "" "routes in table $table"
+	fi
+	[[ ! -e /var/lib/cni/networks/$net/$ip ]] || fail "host-local still holds $ip (/var/lib/cni/networks/$net/$ip)"
+	! gid_present "$dev" "$ip" || fail "a GID for $ip is still on $dev"
+}
+
+host_local_ips() { # host_local_ips NETNAME: allocated addresses (file names that are IPs)
+	ls /var/lib/cni/networks/"$1" 2>/dev/null | grep -E '^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+$' || true
+}

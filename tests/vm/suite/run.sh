@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Run the VM test suite (inside the VM; tests/vm/run.sh boots it):
+#   tests/vm/suite/run.sh [PATTERN...]   run tests whose name matches any ERE PATTERN
+# Prints one line per test and ends with "vm: N passed, M failed". Exits non-zero when a test
+# failed or when nothing ran.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+source "$here/../lib.sh"
+source "$here/lib.sh"
+
+passed=0 failed=0 failures=()
+for file in "$here"/[0-9]*.sh; do
+	# Definition order inside a file is the run order (cheap checks first).
+	for t in $(grep -oE '^test_[a-z0-9_]+' "$file"); do
+		if (($# > 0)); then
+			match=0
+			for p in "$@"; do [[ $t =~ $p ]] && match=1; done
+			((match)) || continue
+		fi
+		log=$(mktemp)
+		start=$SECONDS
+		set +e
+		(
+			set -euo pipefail
+			shopt -s inherit_errexit
+			source "$file"
+			trap cleanup_pods EXIT
+			"$t"
+		) >"$log" 2>&1
+		rc=$?
+		set -e
+		if ((rc == 0)); then
+			passed=$((passed + 1))
+			printf 'ok    %-50s %3ss\n' "$t" $((SECONDS - start))
+			[[ -n ${VM_VERBOSE:-} ]] && sed 's/^/      /' "$log"
+		else
+			failed=$((failed + 1))
+			failures+=("$t")
+			printf 'FAIL  %-50s %3ss\n' "$t" $((SECONDS - start))
+			tail -n 25 "$log" | sed 's/^/      /'
+		fi
+		rm -f "$log"
+	done
+done
+
+((failed == 0)) || printf 'failed: %s\n' "${failures[*]}"
+echo "vm: $passed passed, $failed failed"
+((failed == 0 && passed > 0))
