@@ -1,3 +1,95 @@
-//! roce-ipvlan: a CNI plugin that gives a pod its own IPvlan L2 netdev on a RoCE rail,
-//! so that the pod sees (and may use) that netdev's RoCE v2 GID.
+//! roce-ipvlan: a CNI plugin that gives a pod its own IPvlan L2 netdev on a RoCE rail, so that
+//! the pod sees, and may use, that netdev's RoCE v2 GID (DOCA-OFED/MLNX_OFED kernels hide GIDs
+//! of netdevs in other network namespaces).
+//!
+//! `run` is the one entry point: it reads the CNI environment and stdin, runs one command, and
+//! prints exactly one JSON document (a result or a CNI error) on stdout.
+
+pub mod add;
+pub mod check;
+pub mod cni;
+pub mod config;
+pub mod del;
+pub mod error;
+pub mod ipam;
+pub mod logging;
+pub mod netlink;
+pub mod netns;
 pub mod rdma;
+pub mod routing;
+pub mod sysctl;
+pub mod undo;
+
+use std::io::Read;
+
+use serde_json::Value;
+
+use crate::cni::{Command, Env};
+use crate::config::NetConf;
+use crate::error::{Error, Result};
+
+/// Runs the plugin; returns the process exit code.
+pub fn run() -> i32 {
+    use std::io::IsTerminal;
+    // Read stdin even when the environment is wrong, so that the error is reported in the
+    // configuration's cniVersion; but never wait on a terminal (someone ran it by hand).
+    let mut stdin = Vec::new();
+    let read = if std::io::stdin().is_terminal() {
+        Ok(())
+    } else {
+        std::io::stdin().read_to_end(&mut stdin).map(drop)
+    };
+    let version = config::peek_version(&stdin).unwrap_or_else(|| "1.1.0".to_string());
+    let outcome = read
+        .map_err(|e| Error::io("cannot read stdin", e))
+        .and_then(|()| Env::from_process())
+        .and_then(|env| dispatch(&env, &stdin));
+    match outcome {
+        Ok(doc) => {
+            if let Some(doc) = doc {
+                println!("{doc}");
+            }
+            0
+        }
+        Err(err) => {
+            tracing::error!(code = err.code(), error = %err, "failed");
+            let doc = serde_json::to_string(&err.to_cni(&version))
+                .expect("a CNI error always serializes");
+            println!("{doc}");
+            1
+        }
+    }
+}
+
+fn dispatch(env: &Env, stdin: &[u8]) -> Result<Option<Value>> {
+    if env.command == Command::Version {
+        let requested = config::peek_version(stdin);
+        if let Some(v) = &requested {
+            cni::check_version(v)?;
+        }
+        return Ok(Some(cni::version_reply(requested.as_deref())));
+    }
+    let conf = NetConf::parse(stdin, &env.ifname)?;
+    logging::init(&conf.log);
+    let span = tracing::info_span!(
+        "cni",
+        command = ?env.command,
+        container = %env.container_id,
+        ifname = %env.ifname,
+        netns = %env.netns.as_deref().map(|p| p.display().to_string()).unwrap_or_default(),
+        network = %conf.name,
+    );
+    let _entered = span.enter();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::io("cannot start the async runtime", e))?;
+    runtime.block_on(async {
+        match env.command {
+            Command::Add => add::add(env, &conf).await.map(Some),
+            Command::Del => del::del(env, &conf).await.map(|()| None),
+            Command::Check => check::check(env, &conf).await.map(|()| None),
+            Command::Version => unreachable!("handled above"),
+        }
+    })
+}

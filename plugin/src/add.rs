@@ -1,0 +1,316 @@
+//! ADD: validate everything, then build the attachment step by step, pushing an undo for each
+//! change; any failure takes back what was done, newest first.
+
+use std::net::IpAddr;
+
+use serde_json::Value;
+
+use crate::cni::{CniResult, Env, Interface, Roce};
+use crate::config::NetConf;
+use crate::error::{Error, Result};
+use crate::ipam::Ipam;
+use crate::netlink::{Link, Netlink};
+use crate::netns::Netns;
+use crate::rdma::{self, GidType, RdmaPort, Sysfs, WaitError};
+use crate::routing::{self, RULE_PRIORITY};
+use crate::sysctl::{self, Sysctl};
+use crate::undo::UndoStack;
+
+/// A change made by ADD, and so something a failed ADD must take back.
+#[derive(Debug)]
+enum Step {
+    Link {
+        index: u32,
+    },
+    Ipam,
+    /// A pod-wide sysctl and the value it had before.
+    Sysctl {
+        sysctl: Sysctl,
+    },
+    Rule {
+        source: IpAddr,
+        table: u32,
+    },
+}
+
+/// What ADD checked before changing anything.
+struct Ready<'a> {
+    env: &'a Env,
+    conf: &'a NetConf,
+    netns: Netns,
+    pod: Netlink,
+    master: Link,
+    port: RdmaPort,
+    ipam: Option<Ipam<'a>>,
+}
+
+pub async fn add(env: &Env, conf: &NetConf) -> Result<Value> {
+    let ready = validate(env, conf).await?;
+    let mut undo = UndoStack::default();
+    match build(&ready, &mut undo).await {
+        Ok(doc) => Ok(doc),
+        Err(err) => {
+            tracing::warn!(error = %err, steps = undo.len(), "ADD failed; undoing");
+            rollback(&ready, undo).await;
+            Err(err)
+        }
+    }
+}
+
+async fn validate<'a>(env: &'a Env, conf: &'a NetConf) -> Result<Ready<'a>> {
+    let netns_path = env
+        .netns
+        .as_deref()
+        .expect("Env::parse requires CNI_NETNS for ADD");
+    let netns = Netns::open(netns_path)?;
+    let host = Netlink::current()?;
+    let master = host.link_by_name(&conf.master).await?.ok_or_else(|| {
+        Error::Rail(format!(
+            "rail {:?} (\"master\") does not exist on this node: expected a netdev of that name \
+             in the host network namespace; check the rail names with `ip link` and the NAD",
+            conf.master
+        ))
+    })?;
+    if !master.admin_up {
+        return Err(Error::Rail(format!(
+            "rail {} is down: expected it up before pods attach; bring it up (ip link set {} up) \
+             or check the node's network configuration",
+            master.name, master.name
+        )));
+    }
+    if let Some(mtu) = conf.mtu {
+        if mtu > master.mtu {
+            return Err(Error::InvalidConfig(format!(
+                "\"mtu\" {mtu} is larger than rail {}'s MTU {}: an IPvlan child cannot exceed its \
+                 rail; lower \"mtu\" or leave it out to inherit {}",
+                master.name, master.mtu, master.mtu
+            )));
+        }
+    }
+    let port = rdma_port(conf, &master)?;
+    let pod = Netlink::in_netns(&netns)?;
+    if let Some(existing) = pod.link_by_name(&env.ifname).await? {
+        return Err(Error::InvalidEnv(format!(
+            "the pod already has an interface named {} (#{}): expected CNI_IFNAME to be free; is \
+             this a second ADD for the same attachment?",
+            env.ifname, existing.index
+        )));
+    }
+    let ipam = Ipam::find(env, conf)?;
+    Ok(Ready {
+        env,
+        conf,
+        netns,
+        pod,
+        master,
+        port,
+        ipam,
+    })
+}
+
+/// The RDMA port whose GID table will hold the child's GID: as configured, or the rail's own.
+fn rdma_port(conf: &NetConf, master: &Link) -> Result<RdmaPort> {
+    if let Some(device) = &conf.rdma.device {
+        let sysfs = Sysfs::system();
+        if !sysfs.device_exists(device) {
+            return Err(Error::NoRdmaPort(format!(
+                "RDMA device {device:?} (\"rdma.device\") does not exist on this node: check \
+                 `rdma link show` and the NAD"
+            )));
+        }
+        return Ok(RdmaPort {
+            device: device.clone(),
+            port: conf.rdma.port.unwrap_or(1),
+        });
+    }
+    let found = rdma::port_of_netdev(master.index, &master.name).map_err(|e| {
+        Error::io(
+            format!(
+                "cannot list the RDMA ports of this node (rail {})",
+                master.name
+            ),
+            e,
+        )
+    })?;
+    match found {
+        Some(mut port) => {
+            if let Some(p) = conf.rdma.port {
+                port.port = p;
+            }
+            Ok(port)
+        }
+        None => Err(Error::NoRdmaPort(format!(
+            "rail {} has no RDMA port: expected an RDMA device (e.g. mlx5_N, or rxeN for \
+             Soft-RoCE) whose port is bound to {}; check `rdma link show`, that the NIC's RDMA \
+             driver is loaded, or set \"rdma\": {{\"device\": ...}} in the NAD",
+            master.name, master.name
+        ))),
+    }
+}
+
+async fn build(r: &Ready<'_>, undo: &mut UndoStack<Step>) -> Result<Value> {
+    let (env, conf, pod) = (r.env, r.conf, &r.pod);
+    let host = Netlink::current()?;
+
+    // The child is created under a temporary name: creating it as CNI_IFNAME straight away
+    // fails with EEXIST when the host namespace happens to have a link of that name (the kernel
+    // checks the name where the request is made), though the pod does not.
+    let temp = temp_name(env);
+    host.create_ipvlan_l2(&temp, r.master.index, conf.mtu, &r.netns)
+        .await?;
+    let child = pod.link_by_name(&temp).await?.ok_or_else(|| {
+        Error::io(
+            format!("IPvlan child {temp} vanished from the pod right after it was created"),
+            std::io::Error::from(std::io::ErrorKind::NotFound),
+        )
+    })?;
+    undo.push(Step::Link { index: child.index });
+    pod.rename(child.index, &env.ifname).await?;
+
+    let mut result = match &r.ipam {
+        Some(ipam) => {
+            let res = ipam.add()?;
+            undo.push(Step::Ipam);
+            res
+        }
+        None => CniResult::default(),
+    };
+
+    for s in &conf.sysctls {
+        if s.pod_wide {
+            let old = r.netns.run(|| sysctl::read(s))??;
+            undo.push(Step::Sysctl {
+                sysctl: Sysctl {
+                    value: old,
+                    ..s.clone()
+                },
+            });
+        }
+        r.netns.run(|| sysctl::write(s))??;
+    }
+
+    for ip in &result.ips {
+        pod.add_address(child.index, ip.address).await?;
+    }
+    pod.set_up(child.index).await?;
+
+    let plan = routing::plan(
+        child.index,
+        &result.ips,
+        &result.routes,
+        conf.source_routing,
+    );
+    for route in &plan.routes {
+        pod.add_route(route.table, route.dst, route.gw, child.index, route.src)
+            .await?;
+    }
+    if let Some(table) = plan.table {
+        for source in &plan.rules {
+            pod.add_rule(*source, table, RULE_PRIORITY).await?;
+            undo.push(Step::Rule {
+                source: *source,
+                table,
+            });
+        }
+    }
+
+    let roce = wait_for_gid(r, &result).await?;
+    pod.set_alias(child.index, &roce.ifalias()).await?;
+
+    result.interfaces = vec![Interface {
+        name: env.ifname.clone(),
+        mac: child.mac_string(),
+        mtu: Some(child.mtu),
+        sandbox: r.netns.path().display().to_string(),
+    }];
+    for ip in &mut result.ips {
+        ip.interface = Some(0);
+    }
+    tracing::info!(gid_index = roce.gid_index, gid = %roce.gid, device = %roce.rdma_device, "attachment ready");
+    Ok(result.to_json(&conf.cni_version, Some(&roce)))
+}
+
+/// Waits, reading sysfs from inside the pod's namespace (as the workload will), until the RoCE
+/// v2 GID of the child's address is in the port's table.
+async fn wait_for_gid(r: &Ready<'_>, result: &CniResult) -> Result<Roce> {
+    let addr = result
+        .ips
+        .iter()
+        .map(|ip| ip.address.ip())
+        .find(|ip| ip.is_ipv4())
+        .or_else(|| result.ips.first().map(|ip| ip.address.ip()))
+        .ok_or_else(|| Error::Ipam("IPAM returned no address".into()))?;
+    let gid = rdma::roce_gid(addr);
+    let timeout = r.conf.rdma.gid_timeout;
+    let port = r.port.clone();
+    let waited = r
+        .netns
+        .run(move || rdma::wait_for_gid(&Sysfs::system(), &port, gid, timeout))?;
+    match waited {
+        Ok(index) => Ok(Roce {
+            rdma_device: r.port.device.clone(),
+            port: r.port.port,
+            gid_index: index,
+            gid,
+            gid_type: GidType::RoceV2.to_string(),
+        }),
+        Err(WaitError::Timeout { last }) => Err(Error::GidTimeout(format!(
+            "the RoCE v2 GID {gid} of {} ({addr}) did not appear on {} port {} within {} ms, \
+             reading /sys/class/infiniband from inside the pod's network namespace; visible there: \
+             {}. Likely causes: {} is not the RDMA device of rail {} (check `rdma link show`), \
+             the RDMA subsystem is in exclusive netns mode (`rdma system show`), or the NIC \
+             driver does not add GIDs for IPvlan children",
+            r.env.ifname,
+            r.port.device,
+            r.port.port,
+            timeout.as_millis(),
+            last.map(|t| t.summary())
+                .unwrap_or_else(|| "nothing could be read".into()),
+            r.port.device,
+            r.master.name,
+        ))),
+        Err(WaitError::Io(e)) => Err(Error::io(
+            format!(
+                "cannot read the GID table of {} port {}",
+                r.port.device, r.port.port
+            ),
+            e,
+        )),
+    }
+}
+
+async fn rollback(r: &Ready<'_>, undo: UndoStack<Step>) {
+    for step in undo.unwind() {
+        let outcome = match &step {
+            Step::Rule { source, table } => delete_rule(&r.pod, *source, *table).await,
+            Step::Sysctl { sysctl } => r.netns.run(|| sysctl::write(sysctl)).and_then(|x| x),
+            Step::Ipam => match &r.ipam {
+                Some(ipam) => ipam.del(None),
+                None => Ok(()),
+            },
+            Step::Link { index } => r.pod.delete_link(*index).await,
+        };
+        if let Err(e) = outcome {
+            tracing::error!(?step, error = %e, "could not undo a step of the failed ADD");
+        }
+    }
+}
+
+async fn delete_rule(pod: &Netlink, source: IpAddr, table: u32) -> Result<()> {
+    for rule in pod.rules(source.is_ipv6()).await? {
+        if rule.table == table && rule.source == Some(source) {
+            pod.delete_rule(&rule).await?;
+        }
+    }
+    Ok(())
+}
+
+/// A name for the child while it is created: unique per attachment, at most 15 bytes.
+fn temp_name(env: &Env) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    env.container_id.hash(&mut h);
+    env.ifname.hash(&mut h);
+    std::process::id().hash(&mut h);
+    format!("rtmp{:08x}", h.finish() as u32)
+}

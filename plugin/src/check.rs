@@ -1,0 +1,155 @@
+//! CHECK: the attachment is still what ADD built. Each difference is named in the error.
+
+use netlink_packet_route::link::{InfoKind, IpVlanMode};
+
+use crate::cni::{CniResult, Env, Roce};
+use crate::config::NetConf;
+use crate::error::{Error, Result};
+use crate::ipam::Ipam;
+use crate::netlink::Netlink;
+use crate::netns::Netns;
+use crate::rdma::{GidSlot, GidType, Sysfs};
+use crate::routing;
+use crate::sysctl;
+
+pub async fn check(env: &Env, conf: &NetConf) -> Result<()> {
+    let prev = conf.prev_result.as_ref().ok_or_else(|| {
+        Error::InvalidConfig(
+            "CHECK needs \"prevResult\": the runtime must pass the ADD result".into(),
+        )
+    })?;
+    let prev = CniResult::parse(prev)
+        .map_err(|e| Error::InvalidConfig(format!("\"prevResult\" cannot be read: {e}")))?;
+    let netns = Netns::open(
+        env.netns
+            .as_deref()
+            .expect("Env::parse requires CNI_NETNS for CHECK"),
+    )?;
+    let differs = |what: String| {
+        Err(Error::CheckFailed(format!(
+            "{} in {}: {what}",
+            env.ifname,
+            netns.path().display()
+        )))
+    };
+
+    let host = Netlink::current()?;
+    let master = host.link_by_name(&conf.master).await?.ok_or_else(|| {
+        Error::CheckFailed(format!("rail {} no longer exists on the node", conf.master))
+    })?;
+    let pod = Netlink::in_netns(&netns)?;
+    let Some(child) = pod.link_by_name(&env.ifname).await? else {
+        return differs("expected an IPvlan child, found no such interface".into());
+    };
+    if child.kind != Some(InfoKind::IpVlan) || child.ipvlan_mode != Some(IpVlanMode::L2) {
+        return differs(format!(
+            "expected an IPvlan L2 child, found kind {:?} mode {:?}",
+            child.kind, child.ipvlan_mode
+        ));
+    }
+    if child.parent != Some(master.index) {
+        return differs(format!(
+            "expected a child of rail {} (#{}), found parent #{:?}",
+            master.name, master.index, child.parent
+        ));
+    }
+
+    let ours = prev
+        .interfaces
+        .iter()
+        .position(|i| i.name == env.ifname && !i.sandbox.is_empty());
+    let addrs = pod.addresses(child.index).await?;
+    for ip in prev
+        .ips
+        .iter()
+        .filter(|ip| ip.interface.is_none() || ip.interface == ours)
+    {
+        if !addrs.contains(&ip.address) {
+            return differs(format!(
+                "expected address {}, found {}",
+                ip.address,
+                if addrs.is_empty() {
+                    "none".to_string()
+                } else {
+                    addrs
+                        .iter()
+                        .map(|a| a.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                }
+            ));
+        }
+    }
+
+    for s in &conf.sysctls {
+        let found = netns.run(|| sysctl::read(s))??;
+        if found != s.value {
+            return differs(format!(
+                "expected sysctl {} = {}, found {found}",
+                s.key, s.value
+            ));
+        }
+    }
+
+    let plan = routing::plan(child.index, &prev.ips, &[], conf.source_routing);
+    if let Some(table) = plan.table {
+        let rules = pod.rules(false).await?;
+        for source in &plan.rules {
+            if !rules
+                .iter()
+                .any(|r| r.table == table && r.source == Some(*source))
+            {
+                return differs(format!(
+                    "expected rule \"from {source} lookup {table}\", found none"
+                ));
+            }
+        }
+    }
+
+    // libcni drops the `roce` extension from prevResult, so the ifalias written at ADD is
+    // where the reported GID is kept.
+    let alias = child.alias.clone().unwrap_or_default();
+    let Some(roce) = Roce::from_ifalias(&alias) else {
+        return differs(format!(
+            "expected ifalias \"rdma_dev=... port=... gid_index=... gid=...\", found {alias:?}"
+        ));
+    };
+    let port = crate::rdma::RdmaPort {
+        device: roce.rdma_device.clone(),
+        port: roce.port,
+    };
+    let table = netns
+        .run(|| Sysfs::system().read_gid_table(&port))?
+        .map_err(|e| {
+            Error::io(
+                format!(
+                    "cannot read the GID table of {} port {}",
+                    port.device, port.port
+                ),
+                e,
+            )
+        })?;
+    let at_index = table
+        .slots
+        .iter()
+        .find(|(i, _)| *i == roce.gid_index)
+        .map(|(_, s)| s);
+    match at_index {
+        Some(GidSlot::Entry {
+            gid,
+            gid_type: Some(GidType::RoceV2),
+            ..
+        }) if *gid == roce.gid => {}
+        other => {
+            return differs(format!(
+                "expected RoCE v2 GID {} at index {} of {} port {}, found {other:?}",
+                roce.gid, roce.gid_index, port.device, port.port
+            ))
+        }
+    }
+
+    if let Some(ipam) = Ipam::find(env, conf)? {
+        ipam.check(&prev)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,409 @@
+//! The network configuration: parsed from stdin and checked once, into a typed `NetConf`.
+//! Nothing after this module looks at raw JSON except to hand the IPAM section on.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::de::{MapAccess, Visitor};
+use serde::{Deserialize, Deserializer};
+use serde_json::Value;
+
+use crate::cni;
+use crate::error::{Error, Result};
+use crate::sysctl::{self, Sysctl};
+
+pub const DEFAULT_GID_TIMEOUT: Duration = Duration::from_millis(10_000);
+/// Longest GID wait accepted: kubelet's CNI call itself times out after a few minutes.
+const MAX_GID_TIMEOUT_MS: u64 = 120_000;
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawConf {
+    cni_version: String,
+    name: String,
+    #[serde(rename = "type")]
+    kind: String,
+    master: Option<String>,
+    mode: Option<String>,
+    mtu: Option<u32>,
+    ipam: Option<Value>,
+    arp_sysctls: Option<bool>,
+    #[serde(default, deserialize_with = "ordered_pairs")]
+    sysctl: Vec<(String, String)>,
+    source_routing: Option<bool>,
+    rdma: Option<RawRdma>,
+    log_file: Option<PathBuf>,
+    log_level: Option<String>,
+    prev_result: Option<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawRdma {
+    device: Option<String>,
+    port: Option<u32>,
+    gid_timeout_ms: Option<u64>,
+}
+
+/// A configuration that passed every check.
+#[derive(Debug, Clone)]
+pub struct NetConf {
+    pub cni_version: String,
+    pub name: String,
+    pub master: String,
+    pub mtu: Option<u32>,
+    /// The IPAM section, handed unchanged to the IPAM plugin.
+    pub ipam: Option<Ipam>,
+    pub sysctls: Vec<Sysctl>,
+    pub source_routing: bool,
+    pub rdma: RdmaConf,
+    pub log: LogConf,
+    pub prev_result: Option<Value>,
+    /// The configuration exactly as received: IPAM plugins get it on their stdin.
+    pub raw: Value,
+}
+
+#[derive(Debug, Clone)]
+pub struct Ipam {
+    /// The IPAM plugin's binary name, looked up in CNI_PATH.
+    pub kind: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct RdmaConf {
+    pub device: Option<String>,
+    pub port: Option<u32>,
+    pub gid_timeout: Duration,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct LogConf {
+    pub file: Option<PathBuf>,
+    pub level: Option<String>,
+}
+
+/// Reads just `cniVersion`, so that even a configuration refused later gets its error in the
+/// version the runtime asked for.
+pub fn peek_version(stdin: &[u8]) -> Option<String> {
+    #[derive(Deserialize)]
+    struct V {
+        #[serde(rename = "cniVersion")]
+        v: String,
+    }
+    serde_json::from_slice::<V>(stdin).ok().map(|v| v.v)
+}
+
+impl NetConf {
+    pub fn parse(stdin: &[u8], ifname: &str) -> Result<NetConf> {
+        let raw: Value = serde_json::from_slice(stdin).map_err(|e| Error::Decode(e.to_string()))?;
+        // Read from the bytes, not from `raw`: a Value has already collapsed duplicate keys.
+        let conf: RawConf =
+            serde_json::from_slice(stdin).map_err(|e| Error::InvalidConfig(e.to_string()))?;
+        cni::check_version(&conf.cni_version)?;
+        let bad = |msg: String| Err(Error::InvalidConfig(msg));
+
+        if conf.name.is_empty() {
+            return bad("\"name\" is empty: every network needs a name".into());
+        }
+        if conf.kind != "roce-ipvlan" {
+            return bad(format!(
+                "\"type\" is {:?}: this plugin is roce-ipvlan; the runtime ran the wrong binary",
+                conf.kind
+            ));
+        }
+        let master = match conf.master {
+            Some(m) if !m.is_empty() => m,
+            _ => {
+                return bad(
+                    "\"master\" is missing: name the rail netdev, e.g. \"master\": \"rdma3\""
+                        .into(),
+                )
+            }
+        };
+        if cni::validate_ifname(&master).is_err() {
+            return bad(format!(
+                "\"master\" {master:?} is not a valid interface name"
+            ));
+        }
+        match conf.mode.as_deref() {
+            None | Some("l2") => {}
+            Some(m @ ("l3" | "l3s")) => {
+                return bad(format!(
+                    "\"mode\": {m:?} is not supported: RoCE needs the child on the rail's L2 segment, \
+                     so that the NIC and the peers resolve its address by ARP/ND; use \"l2\" (the default)"
+                ))
+            }
+            Some(m) => return bad(format!("\"mode\": {m:?} is unknown: use \"l2\" (the default)")),
+        }
+        if let Some(mtu) = conf.mtu {
+            if !(68..=65535).contains(&mtu) {
+                return bad(format!("\"mtu\": {mtu} is out of range 68..65535"));
+            }
+        }
+        let ipam = match conf.ipam {
+            None => {
+                return bad(
+                    "\"ipam\" is missing: the child needs an address for its RoCE v2 GID; \
+                 add e.g. {\"type\": \"host-local\", ...} or {\"type\": \"nv-ipam\", ...}"
+                        .into(),
+                )
+            }
+            Some(v) => {
+                let kind = v.get("type").and_then(Value::as_str).unwrap_or_default();
+                if kind.is_empty() {
+                    return bad(
+                        "\"ipam.type\" is missing: name the IPAM plugin, e.g. \"host-local\""
+                            .into(),
+                    );
+                }
+                if kind.contains('/') || kind == "." || kind == ".." {
+                    return bad(format!(
+                        "\"ipam.type\" {kind:?} must be a plugin name found in CNI_PATH, not a path"
+                    ));
+                }
+                Some(Ipam {
+                    kind: kind.to_string(),
+                })
+            }
+        };
+        let defaults = if conf.arp_sysctls.unwrap_or(true) {
+            sysctl::arp_defaults()
+        } else {
+            Vec::new()
+        };
+        let sysctls = sysctl::resolve(defaults, &conf.sysctl, ifname)?;
+        let rdma = match conf.rdma {
+            None => RdmaConf {
+                device: None,
+                port: None,
+                gid_timeout: DEFAULT_GID_TIMEOUT,
+            },
+            Some(r) => {
+                if let Some(d) = &r.device {
+                    if d.is_empty() || d.contains('/') || d.starts_with('.') {
+                        return bad(format!("\"rdma.device\" {d:?} is not an RDMA device name"));
+                    }
+                }
+                if r.port == Some(0) {
+                    return bad("\"rdma.port\" is 0: RDMA ports count from 1".into());
+                }
+                let ms = r
+                    .gid_timeout_ms
+                    .unwrap_or(DEFAULT_GID_TIMEOUT.as_millis() as u64);
+                if ms == 0 || ms > MAX_GID_TIMEOUT_MS {
+                    return bad(format!(
+                        "\"rdma.gidTimeoutMs\" is {ms}: expected 1..={MAX_GID_TIMEOUT_MS}"
+                    ));
+                }
+                RdmaConf {
+                    device: r.device,
+                    port: r.port,
+                    gid_timeout: Duration::from_millis(ms),
+                }
+            }
+        };
+        if let Some(level) = &conf.log_level {
+            if !["error", "warn", "info", "debug", "trace"].contains(&level.as_str()) {
+                return bad(format!(
+                    "\"logLevel\" {level:?} is unknown: use error, warn, info, debug or trace"
+                ));
+            }
+        }
+        if let Some(file) = &conf.log_file {
+            if !file.is_absolute() {
+                return bad(format!(
+                    "\"logFile\" {} must be an absolute path",
+                    file.display()
+                ));
+            }
+        }
+        Ok(NetConf {
+            cni_version: conf.cni_version,
+            name: conf.name,
+            master,
+            mtu: conf.mtu,
+            ipam,
+            sysctls,
+            source_routing: conf.source_routing.unwrap_or(true),
+            rdma,
+            log: LogConf {
+                file: conf.log_file,
+                level: conf.log_level,
+            },
+            prev_result: conf.prev_result,
+            raw,
+        })
+    }
+}
+
+/// A JSON object read as ordered pairs, so that duplicate keys (which serde_json would silently
+/// collapse) can be refused. Values may be strings, numbers or booleans.
+fn ordered_pairs<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<(String, String)>, D::Error> {
+    struct Pairs;
+    impl<'de> Visitor<'de> for Pairs {
+        type Value = Vec<(String, String)>;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("an object of sysctl keys to values")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut out: Vec<(String, String)> = Vec::new();
+            while let Some((k, v)) = map.next_entry::<String, Value>()? {
+                let v = match v {
+                    Value::String(s) => s,
+                    Value::Number(n) => n.to_string(),
+                    Value::Bool(b) => u8::from(b).to_string(),
+                    other => {
+                        return Err(serde::de::Error::custom(format!(
+                            "sysctl {k:?} has value {other}: expected a string or a number"
+                        )))
+                    }
+                };
+                if out.iter().any(|(seen, _)| *seen == k) {
+                    return Err(serde::de::Error::custom(format!(
+                        "sysctl {k:?} is given twice: give each key once"
+                    )));
+                }
+                out.push((k, v));
+            }
+            Ok(out)
+        }
+    }
+    d.deserialize_map(Pairs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn base() -> Value {
+        json!({
+            "cniVersion": "1.0.0",
+            "name": "rail3",
+            "type": "roce-ipvlan",
+            "master": "rdma3",
+            "ipam": {"type": "host-local", "subnet": "10.9.0.0/16"}
+        })
+    }
+
+    fn parse(v: &Value) -> Result<NetConf> {
+        NetConf::parse(v.to_string().as_bytes(), "net1")
+    }
+
+    fn with(key: &str, value: Value) -> Value {
+        let mut v = base();
+        v[key] = value;
+        v
+    }
+
+    fn refused(v: Value, code: u32, needle: &str) {
+        let err = parse(&v).unwrap_err();
+        assert_eq!(err.code(), code, "{err}");
+        assert!(
+            err.to_string().contains(needle),
+            "{err:?} should mention {needle:?}"
+        );
+    }
+
+    #[test]
+    fn minimal_config_gets_the_defaults() {
+        let c = parse(&base()).unwrap();
+        assert_eq!(c.master, "rdma3");
+        assert_eq!(c.ipam.unwrap().kind, "host-local");
+        assert!(c.source_routing);
+        assert_eq!(c.sysctls.len(), 6);
+        assert_eq!(c.rdma.gid_timeout, DEFAULT_GID_TIMEOUT);
+        assert!(c.rdma.device.is_none());
+    }
+
+    #[test]
+    fn every_supported_version_parses() {
+        for v in ["0.4.0", "1.0.0", "1.1.0"] {
+            assert_eq!(parse(&with("cniVersion", json!(v))).unwrap().cni_version, v);
+        }
+        refused(with("cniVersion", json!("0.3.1")), 1, "0.3.1");
+    }
+
+    #[test]
+    fn not_json_is_code_6() {
+        let err = NetConf::parse(b"{not json", "net1").unwrap_err();
+        assert_eq!(err.code(), 6);
+    }
+
+    #[test]
+    fn refusals_are_code_7_and_say_why() {
+        refused(with("mode", json!("l3")), 7, "L2 segment");
+        refused(with("mode", json!("l3s")), 7, "L2 segment");
+        refused(with("mode", json!("bridge")), 7, "unknown");
+        refused(with("master", json!("")), 7, "master");
+        refused(with("master", json!("a/b")), 7, "master");
+        refused(with("type", json!("ipvlan")), 7, "wrong binary");
+        refused(with("mtu", json!(10)), 7, "mtu");
+        refused(
+            with("ipam", json!({"type": "../../bin/sh"})),
+            7,
+            "not a path",
+        );
+        refused(
+            with("ipam", json!({"type": "x/host-local"})),
+            7,
+            "not a path",
+        );
+        refused(with("ipam", json!({})), 7, "ipam.type");
+        refused(with("rdma", json!({"port": 0})), 7, "count from 1");
+        refused(with("rdma", json!({"gidTimeoutMs": 0})), 7, "gidTimeoutMs");
+        refused(with("rdma", json!({"devcie": "mlx5_0"})), 7, "devcie");
+        refused(with("rdma", json!({"device": "../x"})), 7, "rdma.device");
+        refused(with("logLevel", json!("loud")), 7, "logLevel");
+        refused(with("logFile", json!("rel.log")), 7, "absolute");
+        refused(with("sysctl", json!({"kernel.panic": "1"})), 7, "outside");
+        refused(
+            with("sysctl", json!({"net.ipv4.conf.IFNAME.x": {"a": 1}})),
+            7,
+            "expected a string",
+        );
+        let mut no_ipam = base();
+        no_ipam.as_object_mut().unwrap().remove("ipam");
+        refused(no_ipam, 7, "ipam");
+        let mut no_master = base();
+        no_master.as_object_mut().unwrap().remove("master");
+        refused(no_master, 7, "master");
+    }
+
+    #[test]
+    fn duplicate_sysctl_keys_in_json_are_refused() {
+        let mut text = base().to_string();
+        text.pop();
+        text.push_str(
+            r#","sysctl":{"net.ipv4.conf.IFNAME.arp_ignore":"1","net.ipv4.conf.IFNAME.arp_ignore":"2"}}"#,
+        );
+        let err = NetConf::parse(text.as_bytes(), "net1").unwrap_err();
+        assert_eq!(err.code(), 7);
+        assert!(err.to_string().contains("twice"), "{err}");
+    }
+
+    #[test]
+    fn options_turn_things_off_and_override() {
+        let mut v = base();
+        v["arpSysctls"] = json!(false);
+        v["sourceRouting"] = json!(false);
+        v["sysctl"] = json!({"net.ipv4.conf.IFNAME.arp_ignore": 2});
+        v["rdma"] = json!({"device": "mlx5_6", "port": 1, "gidTimeoutMs": 1500});
+        let c = parse(&v).unwrap();
+        assert!(!c.source_routing);
+        assert_eq!(c.sysctls.len(), 1);
+        assert_eq!(c.sysctls[0].value, "2");
+        assert_eq!(c.rdma.device.as_deref(), Some("mlx5_6"));
+        assert_eq!(c.rdma.gid_timeout, Duration::from_millis(1500));
+    }
+
+    #[test]
+    fn peek_version_reads_only_the_version() {
+        assert_eq!(
+            peek_version(br#"{"cniVersion":"0.4.0","x":1}"#).as_deref(),
+            Some("0.4.0")
+        );
+        assert_eq!(peek_version(b"garbage"), None);
+    }
+}

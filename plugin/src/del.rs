@@ -1,0 +1,57 @@
+//! DEL: best-effort and idempotent. Everything that can be removed is removed; a namespace or
+//! link that is already gone is success. Only a failure to release the IPAM allocation is
+//! reported, because the runtime will not call DEL again and the address would leak.
+
+use crate::cni::{CniResult, Env};
+use crate::config::NetConf;
+use crate::error::Result;
+use crate::ipam::Ipam;
+use crate::netlink::Netlink;
+use crate::netns::Netns;
+use crate::routing;
+use netlink_packet_route::link::InfoKind;
+
+pub async fn del(env: &Env, conf: &NetConf) -> Result<()> {
+    if let Some(path) = &env.netns {
+        match Netns::open_if_exists(path) {
+            Ok(Some(netns)) => {
+                if let Err(e) = remove_child(env, &netns).await {
+                    tracing::warn!(error = %e, "could not remove the child; continuing with IPAM");
+                }
+            }
+            Ok(None) => tracing::info!(netns = %path.display(), "namespace already gone"),
+            Err(e) => tracing::warn!(error = %e, "not cleaning up inside CNI_NETNS"),
+        }
+    }
+    let prev = conf
+        .prev_result
+        .as_ref()
+        .and_then(|v| CniResult::parse(v).ok());
+    match Ipam::find(env, conf)? {
+        Some(ipam) => ipam.del(prev.as_ref()),
+        None => Ok(()),
+    }
+}
+
+async fn remove_child(env: &Env, netns: &Netns) -> Result<()> {
+    let pod = Netlink::in_netns(netns)?;
+    let Some(link) = pod.link_by_name(&env.ifname).await? else {
+        return Ok(());
+    };
+    if link.kind != Some(InfoKind::IpVlan) {
+        tracing::warn!(ifname = %env.ifname, kind = ?link.kind, "not an IPvlan child; leaving it alone");
+        return Ok(());
+    }
+    // Rules are not tied to the link: remove them before the link, while the table number
+    // (derived from its ifindex) is still known to be ours.
+    let table = routing::table_for(link.index);
+    for v6 in [false, true] {
+        for rule in pod.rules(v6).await? {
+            if rule.table == table {
+                pod.delete_rule(&rule).await?;
+            }
+        }
+    }
+    // Routes in the child's table go away with the link.
+    pod.delete_link(link.index).await
+}

@@ -1,0 +1,191 @@
+//! The plugin's one error type and its mapping to CNI error codes.
+//!
+//! Every message says what was expected, what was found and, where the operator can act, what to
+//! do. `code()` is the only place that assigns codes; docs/configuration.md lists them.
+
+use serde::Serialize;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// CNI code 1.
+    #[error("unsupported cniVersion {found:?}: this plugin supports {supported}")]
+    IncompatibleVersion { found: String, supported: String },
+
+    /// CNI code 4: a CNI_* variable is missing or malformed.
+    #[error("{0}")]
+    InvalidEnv(String),
+
+    /// CNI code 6: stdin is not the JSON document the spec calls for.
+    #[error("cannot decode the network configuration on stdin: {0}")]
+    Decode(String),
+
+    /// CNI code 7.
+    #[error("invalid network configuration: {0}")]
+    InvalidConfig(String),
+
+    /// CNI code 11: a transient condition; the runtime may retry.
+    #[error("{0}")]
+    TryAgainLater(String),
+
+    /// 100: the rail netdev named by the configuration is missing or unusable.
+    #[error("{0}")]
+    Rail(String),
+
+    /// 101: no RDMA port could be found on the rail.
+    #[error("{0}")]
+    NoRdmaPort(String),
+
+    /// 102: a netlink request failed.
+    #[error("{what}: {source}")]
+    Netlink {
+        what: String,
+        source: rtnetlink::Error,
+    },
+
+    /// 103: the delegated IPAM plugin failed or answered something unusable.
+    #[error("{0}")]
+    Ipam(String),
+
+    /// 104: the child's RoCE v2 GID did not appear in time.
+    #[error("{0}")]
+    GidTimeout(String),
+
+    /// 105: CNI_NETNS is missing or is not a network namespace.
+    #[error("{0}")]
+    Netns(String),
+
+    /// 106: a sysctl could not be written.
+    #[error("{0}")]
+    Sysctl(String),
+
+    /// 107: CHECK found the attachment differs from what ADD set up.
+    #[error("{0}")]
+    CheckFailed(String),
+
+    /// 999 is not used: every other failure is an I/O error with context (code 108).
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        source: std::io::Error,
+    },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    pub fn code(&self) -> u32 {
+        match self {
+            Error::IncompatibleVersion { .. } => 1,
+            Error::InvalidEnv(_) => 4,
+            Error::Decode(_) => 6,
+            Error::InvalidConfig(_) => 7,
+            Error::TryAgainLater(_) => 11,
+            Error::Rail(_) => 100,
+            Error::NoRdmaPort(_) => 101,
+            Error::Netlink { .. } => 102,
+            Error::Ipam(_) => 103,
+            Error::GidTimeout(_) => 104,
+            Error::Netns(_) => 105,
+            Error::Sysctl(_) => 106,
+            Error::CheckFailed(_) => 107,
+            Error::Io { .. } => 108,
+        }
+    }
+
+    pub fn io(what: impl Into<String>, source: std::io::Error) -> Self {
+        Error::Io {
+            what: what.into(),
+            source,
+        }
+    }
+
+    pub fn netlink(what: impl Into<String>, source: rtnetlink::Error) -> Self {
+        Error::Netlink {
+            what: what.into(),
+            source,
+        }
+    }
+
+    /// The errno of a netlink failure, if the kernel sent one.
+    pub fn netlink_errno(&self) -> Option<i32> {
+        match self {
+            Error::Netlink { source, .. } => netlink_errno(source),
+            _ => None,
+        }
+    }
+
+    /// The CNI error document printed on stdout.
+    pub fn to_cni(&self, cni_version: &str) -> CniError {
+        let details = match self {
+            Error::Netlink { source, .. } => source.to_string(),
+            Error::Io { source, .. } => source.to_string(),
+            _ => String::new(),
+        };
+        CniError {
+            cni_version: cni_version.to_string(),
+            code: self.code(),
+            msg: self.to_string(),
+            details,
+        }
+    }
+}
+
+/// The errno carried by a netlink error reply (positive, e.g. libc::EEXIST).
+pub fn netlink_errno(err: &rtnetlink::Error) -> Option<i32> {
+    match err {
+        rtnetlink::Error::NetlinkError(msg) => msg.code.map(|c| -c.get()),
+        _ => None,
+    }
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CniError {
+    pub cni_version: String,
+    pub code: u32,
+    pub msg: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub details: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_follow_the_spec_and_docs() {
+        let cases = [
+            (
+                Error::IncompatibleVersion {
+                    found: "9.9.9".into(),
+                    supported: "x".into(),
+                },
+                1,
+            ),
+            (Error::InvalidEnv("x".into()), 4),
+            (Error::Decode("x".into()), 6),
+            (Error::InvalidConfig("x".into()), 7),
+            (Error::TryAgainLater("x".into()), 11),
+            (Error::Rail("x".into()), 100),
+            (Error::NoRdmaPort("x".into()), 101),
+            (Error::Ipam("x".into()), 103),
+            (Error::GidTimeout("x".into()), 104),
+            (Error::Netns("x".into()), 105),
+            (Error::Sysctl("x".into()), 106),
+            (Error::CheckFailed("x".into()), 107),
+        ];
+        for (err, code) in cases {
+            assert_eq!(err.code(), code, "{err:?}");
+        }
+    }
+
+    #[test]
+    fn cni_error_json_has_the_spec_fields() {
+        let doc = Error::InvalidConfig("mode l3".into()).to_cni("1.0.0");
+        let v = serde_json::to_value(&doc).unwrap();
+        assert_eq!(v["cniVersion"], "1.0.0");
+        assert_eq!(v["code"], 7);
+        assert_eq!(v["msg"], "invalid network configuration: mode l3");
+        assert!(v.get("details").is_none());
+    }
+}

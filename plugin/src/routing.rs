@@ -1,0 +1,157 @@
+//! Source-based routing, replacing the `sbr` step of the old chain.
+//!
+//! On a flat subnet every rail's child has a route to the same prefix, so the main table alone
+//! would send all traffic out of one rail. Each child therefore gets its own table holding its
+//! connected route(s) and the IPAM routes, and a rule `from <address> lookup <table>` per IPv4
+//! address. The table number is derived from the child's ifindex, which is unique within the pod's
+//! namespace: concurrent ADDs into the same pod never pick the same table, with no lock and no
+//! scan for a free number (sbr's scan can race).
+//!
+//! Unlike sbr, the kernel's connected route stays in the main table too, so that traffic that is
+//! not bound to an address still reaches the rail subnet through a rail; IPAM routes (a default
+//! route via the rail gateway, say) go only into the child's table, where they cannot take over
+//! the pod's own default route.
+
+use std::net::IpAddr;
+
+use ipnetwork::IpNetwork;
+
+use crate::cni::{IpConfig, Route};
+
+pub const TABLE_BASE: u32 = 10_000;
+pub const RULE_PRIORITY: u32 = 1_000;
+pub const MAIN_TABLE: u32 = 254;
+
+pub fn table_for(ifindex: u32) -> u32 {
+    TABLE_BASE + ifindex
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedRoute {
+    pub dst: IpNetwork,
+    pub gw: Option<IpAddr>,
+    pub src: Option<IpAddr>,
+    pub table: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Plan {
+    pub routes: Vec<PlannedRoute>,
+    /// Source addresses that get `from <addr> lookup <table>`.
+    pub rules: Vec<IpAddr>,
+    pub table: Option<u32>,
+}
+
+/// What to install for a child with `ifindex`, given the IPAM addresses and routes.
+pub fn plan(ifindex: u32, ips: &[IpConfig], routes: &[Route], source_routing: bool) -> Plan {
+    let v4: Vec<&IpConfig> = ips.iter().filter(|ip| ip.address.is_ipv4()).collect();
+    let table = (source_routing && !v4.is_empty()).then(|| table_for(ifindex));
+    let mut plan = Plan {
+        table,
+        ..Plan::default()
+    };
+    if let Some(table) = table {
+        for ip in &v4 {
+            let net = IpNetwork::new(ip.address.network(), ip.address.prefix())
+                .expect("a network of a valid prefix is valid");
+            plan.routes.push(PlannedRoute {
+                dst: net,
+                gw: None,
+                src: Some(ip.address.ip()),
+                table,
+            });
+            plan.rules.push(ip.address.ip());
+        }
+    }
+    for r in routes {
+        // CNI: a route without "gw" goes via the gateway of the address of its family.
+        let gw = r.gw.or_else(|| {
+            ips.iter()
+                .find(|ip| ip.address.is_ipv4() == r.dst.is_ipv4())
+                .and_then(|ip| ip.gateway)
+        });
+        let t = match table {
+            Some(t) if r.dst.is_ipv4() => t,
+            _ => MAIN_TABLE,
+        };
+        plan.routes.push(PlannedRoute {
+            dst: r.dst,
+            gw,
+            src: None,
+            table: t,
+        });
+    }
+    plan
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(a: &str, gw: Option<&str>) -> IpConfig {
+        IpConfig {
+            address: a.parse().unwrap(),
+            gateway: gw.map(|g| g.parse().unwrap()),
+            interface: Some(0),
+        }
+    }
+
+    fn route(dst: &str, gw: Option<&str>) -> Route {
+        Route {
+            dst: dst.parse().unwrap(),
+            gw: gw.map(|g| g.parse().unwrap()),
+            extra: Default::default(),
+        }
+    }
+
+    #[test]
+    fn ipv4_gets_its_own_table_and_rule() {
+        let p = plan(
+            7,
+            &[ip("10.9.0.7/16", Some("10.9.0.1"))],
+            &[route("0.0.0.0/0", None)],
+            true,
+        );
+        assert_eq!(p.table, Some(10_007));
+        assert_eq!(p.rules, vec!["10.9.0.7".parse::<IpAddr>().unwrap()]);
+        assert_eq!(p.routes[0].dst.to_string(), "10.9.0.0/16");
+        assert_eq!(p.routes[0].table, 10_007);
+        assert_eq!(p.routes[0].src, Some("10.9.0.7".parse().unwrap()));
+        // The default route goes into the child's table, via the address's gateway.
+        assert_eq!(p.routes[1].table, 10_007);
+        assert_eq!(p.routes[1].gw, Some("10.9.0.1".parse().unwrap()));
+    }
+
+    #[test]
+    fn off_means_main_table_and_no_rules() {
+        let p = plan(
+            7,
+            &[ip("10.9.0.7/16", None)],
+            &[route("10.10.0.0/16", Some("10.9.0.1"))],
+            false,
+        );
+        assert_eq!(p.table, None);
+        assert!(p.rules.is_empty());
+        assert_eq!(p.routes.len(), 1);
+        assert_eq!(p.routes[0].table, MAIN_TABLE);
+    }
+
+    #[test]
+    fn ipv6_routes_stay_in_main() {
+        let p = plan(
+            3,
+            &[ip("10.9.0.7/16", None), ip("fd01::7/64", Some("fd01::1"))],
+            &[route("fd02::/64", None)],
+            true,
+        );
+        assert_eq!(p.rules.len(), 1);
+        let v6 = p.routes.iter().find(|r| r.dst.is_ipv6()).unwrap();
+        assert_eq!(v6.table, MAIN_TABLE);
+        assert_eq!(v6.gw, Some("fd01::1".parse().unwrap()));
+    }
+
+    #[test]
+    fn tables_differ_per_interface() {
+        assert_ne!(table_for(3), table_for(4));
+    }
+}

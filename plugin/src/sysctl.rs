@@ -1,0 +1,261 @@
+//! Sysctls of the pod's network namespace: which keys a configuration may set, and writing them.
+//!
+//! Keys are confined to the child's own `conf`/`neigh` subtrees and to the pod-wide `all` and
+//! `default` entries, so a network configuration can never reach outside networking or touch
+//! another interface. Writes go through /proc/sys from a thread inside the pod's netns (see
+//! netns.rs): /proc/sys/net resolves against the calling thread's network namespace.
+
+use std::path::PathBuf;
+
+use crate::error::{Error, Result};
+
+/// One validated sysctl: the dotted key as the user wrote it (IFNAME replaced) and its value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sysctl {
+    pub key: String,
+    /// Path components below /proc/sys.
+    pub path: Vec<String>,
+    pub value: String,
+    /// Pod-wide (`all`/`default`): outlives the child, so a failed ADD must restore it.
+    pub pod_wide: bool,
+}
+
+impl Sysctl {
+    pub fn proc_path(&self) -> PathBuf {
+        let mut p = PathBuf::from("/proc/sys");
+        p.extend(&self.path);
+        p
+    }
+}
+
+/// The IPv4 settings of the old `tuning` step: answer ARP only for addresses of the interface
+/// the request came in on (flat subnets put every rail in one subnet, so without these the
+/// first rail answers for all), and accept traffic whose reverse path is another rail.
+pub fn arp_defaults() -> Vec<(String, String)> {
+    [
+        ("net.ipv4.conf.all.rp_filter", "0"),
+        ("net.ipv4.conf.IFNAME.arp_announce", "2"),
+        ("net.ipv4.conf.IFNAME.arp_filter", "1"),
+        ("net.ipv4.conf.IFNAME.arp_ignore", "1"),
+        ("net.ipv4.conf.IFNAME.rp_filter", "0"),
+        ("net.ipv4.conf.IFNAME.accept_local", "1"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}
+
+/// Validates `key` for interface `ifname` (literal `IFNAME` replaced first).
+pub fn validate(key: &str, value: &str, ifname: &str) -> Result<Sysctl> {
+    let refuse = |why: String| {
+        Err(Error::InvalidConfig(format!(
+            "sysctl key {key:?} is refused: {why}; allowed are net.ipv4.conf.<{ifname}|all|default>.<name>, \
+             net.ipv6.conf.<{ifname}|all|default>.<name>, net.ipv4.neigh.{ifname}.<name> and \
+             net.ipv6.neigh.{ifname}.<name> (write the interface as IFNAME)"
+        )))
+    };
+    if key.contains('/')
+        || key.contains("..")
+        || key.chars().any(|c| c.is_whitespace() || c.is_control())
+    {
+        return refuse("'/', '..' and whitespace are not allowed".into());
+    }
+    if value.is_empty() || value.len() > 256 || value.chars().any(|c| c.is_control()) {
+        return Err(Error::InvalidConfig(format!(
+            "sysctl {key:?} has value {value:?}: expected 1 to 256 printable characters"
+        )));
+    }
+    let key = key.replace("IFNAME", ifname);
+    let Some((family, rest)) = key
+        .strip_prefix("net.ipv4.")
+        .map(|r| ("ipv4", r))
+        .or_else(|| key.strip_prefix("net.ipv6.").map(|r| ("ipv6", r)))
+    else {
+        return refuse("it is outside net.ipv4 and net.ipv6".into());
+    };
+    let Some((table, rest)) = rest.split_once('.') else {
+        return refuse("it names no interface".into());
+    };
+    if table != "conf" && table != "neigh" {
+        return refuse(format!(
+            "net.{family}.{table} is not a per-interface subtree"
+        ));
+    }
+    // The interface part may itself contain dots (e.g. net1.100), so match it as a prefix.
+    let (dev, leaf, pod_wide) = if let Some(leaf) = rest.strip_prefix(&format!("{ifname}.")) {
+        (ifname, leaf, false)
+    } else if let (Some(leaf), "conf") = (rest.strip_prefix("all."), table) {
+        ("all", leaf, true)
+    } else if let (Some(leaf), "conf") = (rest.strip_prefix("default."), table) {
+        ("default", leaf, true)
+    } else {
+        return refuse(format!(
+            "it does not name this attachment's interface {ifname:?}"
+        ));
+    };
+    if leaf.is_empty()
+        || !leaf
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    {
+        return refuse("the setting name must be one plain word".into());
+    }
+    Ok(Sysctl {
+        path: vec![
+            "net".into(),
+            family.into(),
+            table.into(),
+            dev.into(),
+            leaf.into(),
+        ],
+        key,
+        value: value.to_string(),
+        pod_wide,
+    })
+}
+
+/// Merges the defaults and the user's map (user wins, order kept) and validates every key.
+/// Two user keys that name the same sysctl (e.g. `IFNAME` and the literal name) are refused.
+pub fn resolve(
+    defaults: Vec<(String, String)>,
+    user: &[(String, String)],
+    ifname: &str,
+) -> Result<Vec<Sysctl>> {
+    let mut out: Vec<Sysctl> = Vec::new();
+    for (k, v) in defaults {
+        out.push(validate(&k, &v, ifname)?);
+    }
+    let mut seen: Vec<String> = Vec::new();
+    for (k, v) in user {
+        let s = validate(k, v, ifname)?;
+        if seen.contains(&s.key) {
+            return Err(Error::InvalidConfig(format!(
+                "sysctl {:?} is given twice (as {k:?} and earlier): give each key once",
+                s.key
+            )));
+        }
+        seen.push(s.key.clone());
+        match out.iter_mut().find(|d| d.key == s.key) {
+            Some(d) => *d = s,
+            None => out.push(s),
+        }
+    }
+    Ok(out)
+}
+
+/// Reads a sysctl; call from a thread inside the pod's netns.
+pub fn read(s: &Sysctl) -> Result<String> {
+    std::fs::read_to_string(s.proc_path())
+        .map(|v| v.trim().to_string())
+        .map_err(|e| Error::Sysctl(format!("cannot read {}: {e}", s.key)))
+}
+
+/// Writes a sysctl; call from a thread inside the pod's netns.
+pub fn write(s: &Sysctl) -> Result<()> {
+    std::fs::write(s.proc_path(), &s.value).map_err(|e| {
+        Error::Sysctl(format!(
+            "cannot set {} = {:?} ({}): {e}; check that the key exists on this kernel",
+            s.key,
+            s.value,
+            s.proc_path().display()
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn allowed_keys_map_to_proc_paths() {
+        let s = validate("net.ipv4.conf.IFNAME.arp_ignore", "1", "net1").unwrap();
+        assert_eq!(
+            s.proc_path(),
+            PathBuf::from("/proc/sys/net/ipv4/conf/net1/arp_ignore")
+        );
+        assert!(!s.pod_wide);
+        let s = validate("net.ipv4.conf.all.rp_filter", "0", "net1").unwrap();
+        assert!(s.pod_wide);
+        let s = validate("net.ipv6.conf.net1.accept_ra", "2", "net1").unwrap();
+        assert_eq!(s.path, ["net", "ipv6", "conf", "net1", "accept_ra"]);
+        let s = validate(
+            "net.ipv4.neigh.IFNAME.base_reachable_time_ms",
+            "1000",
+            "net1",
+        )
+        .unwrap();
+        assert_eq!(s.path[2], "neigh");
+        // Interface names with dots.
+        let s = validate("net.ipv4.conf.IFNAME.arp_filter", "1", "r1.100").unwrap();
+        assert_eq!(s.path, ["net", "ipv4", "conf", "r1.100", "arp_filter"]);
+    }
+
+    #[test]
+    fn escaping_keys_are_refused() {
+        for key in [
+            "kernel.core_pattern",
+            "net.core.somaxconn",
+            "net.ipv4.ip_forward",
+            "net.ipv4.conf.eth0.rp_filter",
+            "net.ipv4.conf.IFNAME/../../kernel.x",
+            "net/ipv4/conf/IFNAME/arp_ignore",
+            "net.ipv4.conf.IFNAME..arp_ignore",
+            "net.ipv4.conf.IFNAME.a.b",
+            "net.ipv4.neigh.all.gc_thresh1",
+            "net.ipv4.conf.IFNAME.",
+            "net.ipv4.conf.IFNAME.arp ignore",
+            "net.ipv4.route.flush",
+        ] {
+            let err = validate(key, "1", "net1").unwrap_err();
+            assert_eq!(err.code(), 7, "{key}");
+        }
+    }
+
+    #[test]
+    fn bad_values_are_refused() {
+        assert!(validate("net.ipv4.conf.IFNAME.arp_ignore", "", "net1").is_err());
+        assert!(validate("net.ipv4.conf.IFNAME.arp_ignore", "1\n2", "net1").is_err());
+    }
+
+    #[test]
+    fn user_overrides_defaults_and_duplicates_are_refused() {
+        let user = vec![
+            (
+                "net.ipv4.conf.IFNAME.arp_ignore".to_string(),
+                "2".to_string(),
+            ),
+            (
+                "net.ipv4.conf.IFNAME.arp_notify".to_string(),
+                "1".to_string(),
+            ),
+        ];
+        let all = resolve(arp_defaults(), &user, "net1").unwrap();
+        assert_eq!(all.len(), 7);
+        let ignore = all
+            .iter()
+            .find(|s| s.key == "net.ipv4.conf.net1.arp_ignore")
+            .unwrap();
+        assert_eq!(ignore.value, "2");
+
+        let dup = vec![
+            (
+                "net.ipv4.conf.IFNAME.arp_ignore".to_string(),
+                "2".to_string(),
+            ),
+            ("net.ipv4.conf.net1.arp_ignore".to_string(), "1".to_string()),
+        ];
+        assert_eq!(resolve(vec![], &dup, "net1").unwrap_err().code(), 7);
+    }
+
+    #[test]
+    fn defaults_are_the_tuning_chain_settings() {
+        let all = resolve(arp_defaults(), &[], "net1").unwrap();
+        let get = |k: &str| all.iter().find(|s| s.key == k).map(|s| s.value.as_str());
+        assert_eq!(get("net.ipv4.conf.net1.arp_announce"), Some("2"));
+        assert_eq!(get("net.ipv4.conf.net1.arp_filter"), Some("1"));
+        assert_eq!(get("net.ipv4.conf.net1.arp_ignore"), Some("1"));
+        assert_eq!(get("net.ipv4.conf.net1.rp_filter"), Some("0"));
+        assert_eq!(get("net.ipv4.conf.net1.accept_local"), Some("1"));
+        assert_eq!(get("net.ipv4.conf.all.rp_filter"), Some("0"));
+    }
+}

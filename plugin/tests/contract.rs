@@ -1,0 +1,197 @@
+//! Contract tests: the built binary, run the way a runtime runs it (CNI_* env, config on stdin),
+//! must print exactly one JSON document and exit accordingly. No kernel features needed.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+use serde_json::{json, Value};
+
+const BIN: &str = env!("CARGO_BIN_EXE_roce-ipvlan");
+
+fn run(env: &[(&str, &str)], stdin: &str) -> (i32, Value) {
+    let mut cmd = Command::new(BIN);
+    cmd.env_clear()
+        .envs(env.iter().copied())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("the plugin binary runs");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    let doc: Value = serde_json::from_str(text.trim())
+        .unwrap_or_else(|e| panic!("stdout is not one JSON document ({e}): {text:?}"));
+    (out.status.code().unwrap(), doc)
+}
+
+fn add_env(netns: &str) -> Vec<(&str, &str)> {
+    vec![
+        ("CNI_COMMAND", "ADD"),
+        ("CNI_CONTAINERID", "contract"),
+        ("CNI_NETNS", netns),
+        ("CNI_IFNAME", "net1"),
+        ("CNI_PATH", "/nonexistent"),
+    ]
+}
+
+fn conf() -> Value {
+    json!({
+        "cniVersion": "1.0.0",
+        "name": "rail0",
+        "type": "roce-ipvlan",
+        "master": "no-such-rail0",
+        "ipam": {"type": "host-local", "subnet": "10.9.0.0/16"}
+    })
+}
+
+fn assert_error(doc: &Value, code: u64, needle: &str) {
+    assert_eq!(doc["code"], code, "{doc}");
+    let msg = doc["msg"].as_str().unwrap_or_default();
+    assert!(
+        msg.contains(needle),
+        "message {msg:?} should mention {needle:?}"
+    );
+}
+
+#[test]
+fn version_lists_supported_versions() {
+    let (code, doc) = run(&[("CNI_COMMAND", "VERSION")], r#"{"cniVersion":"1.0.0"}"#);
+    assert_eq!(code, 0);
+    assert_eq!(doc["cniVersion"], "1.0.0");
+    assert_eq!(doc["supportedVersions"], json!(["0.4.0", "1.0.0", "1.1.0"]));
+    let (code, doc) = run(&[("CNI_COMMAND", "VERSION")], "");
+    assert_eq!(code, 0);
+    assert_eq!(doc["cniVersion"], "1.1.0");
+}
+
+#[test]
+fn invalid_json_is_code_6() {
+    let (code, doc) = run(&add_env("/proc/self/ns/net"), "{\"cniVersion\": ");
+    assert_eq!(code, 1);
+    assert_error(&doc, 6, "decode");
+}
+
+#[test]
+fn unsupported_version_is_code_1() {
+    let mut c = conf();
+    c["cniVersion"] = json!("0.3.1");
+    let (code, doc) = run(&add_env("/proc/self/ns/net"), &c.to_string());
+    assert_eq!(code, 1);
+    assert_error(&doc, 1, "0.3.1");
+    assert_eq!(doc["cniVersion"], "0.3.1");
+}
+
+#[test]
+fn missing_env_is_code_4() {
+    for missing in [
+        "CNI_COMMAND",
+        "CNI_CONTAINERID",
+        "CNI_NETNS",
+        "CNI_IFNAME",
+        "CNI_PATH",
+    ] {
+        let env: Vec<_> = add_env("/proc/self/ns/net")
+            .into_iter()
+            .filter(|(k, _)| *k != missing)
+            .collect();
+        let (code, doc) = run(&env, &conf().to_string());
+        assert_eq!(code, 1);
+        assert_error(&doc, 4, missing);
+        assert_eq!(
+            doc["cniVersion"], "1.0.0",
+            "errors use the config's version"
+        );
+    }
+}
+
+#[test]
+fn bad_ifname_is_code_4() {
+    for name in ["../x", "a b", "waytoolonginterfacename"] {
+        let mut env = add_env("/proc/self/ns/net");
+        env.retain(|(k, _)| *k != "CNI_IFNAME");
+        env.push(("CNI_IFNAME", name));
+        let (_, doc) = run(&env, &conf().to_string());
+        assert_error(&doc, 4, "CNI_IFNAME");
+    }
+}
+
+#[test]
+fn bad_config_is_code_7() {
+    let mut c = conf();
+    c["mode"] = json!("l3");
+    let (code, doc) = run(&add_env("/proc/self/ns/net"), &c.to_string());
+    assert_eq!(code, 1);
+    assert_error(&doc, 7, "L2");
+    let mut c = conf();
+    c["sysctl"] = json!({"kernel.core_pattern": "|/tmp/x"});
+    let (_, doc) = run(&add_env("/proc/self/ns/net"), &c.to_string());
+    assert_error(&doc, 7, "kernel.core_pattern");
+}
+
+#[test]
+fn netns_that_is_not_a_namespace_is_code_105() {
+    let (code, doc) = run(&add_env("/etc/hostname"), &conf().to_string());
+    assert_eq!(code, 1);
+    assert_error(&doc, 105, "not a namespace");
+}
+
+#[test]
+fn missing_rail_is_code_100_before_any_change() {
+    let (code, doc) = run(&add_env("/proc/self/ns/net"), &conf().to_string());
+    assert_eq!(code, 1);
+    assert_error(&doc, 100, "no-such-rail0");
+}
+
+#[test]
+fn del_without_netns_or_ipam_binary_reports_only_ipam() {
+    let env = vec![
+        ("CNI_COMMAND", "DEL"),
+        ("CNI_CONTAINERID", "contract"),
+        ("CNI_IFNAME", "net1"),
+        ("CNI_PATH", "/nonexistent"),
+    ];
+    let (code, doc) = run_allow_empty(&env, &conf().to_string());
+    assert_eq!(code, 1);
+    assert_error(
+        &doc.expect("an error document"),
+        103,
+        "not found in CNI_PATH",
+    );
+}
+
+fn run_allow_empty(env: &[(&str, &str)], stdin: &str) -> (i32, Option<Value>) {
+    let mut child = Command::new(BIN)
+        .env_clear()
+        .envs(env.iter().copied())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    let doc = (!text.trim().is_empty()).then(|| serde_json::from_str(text.trim()).unwrap());
+    (out.status.code().unwrap(), doc)
+}
+
+#[test]
+fn help_and_version_flags_work_by_hand() {
+    let out = Command::new(BIN)
+        .arg("--version")
+        .env_clear()
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("1.1.0"));
+}
