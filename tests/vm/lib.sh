@@ -4,7 +4,7 @@
 #   rail_rdma_dev NAME  the rxe device on a rail
 #   cni_exec CMD CONF NETNS [IFNAME] [CONTAINER_ID]
 #                       run a plugin binary directly, the config on stdin; prints raw stdout
-#   cnidriver ...       the libcni driver (tests/cnidriver), CNI_PATH already set
+#   cnidriver ...       the libcni driver (tests/cnidriver), on PATH; CNI_PATH already set
 
 # Rail names in NIC order; run.sh passes the same lists it used to create the NICs.
 VM_RAILS=${VM_RAILS:-rdma0 rdma1 rdma2 rdma3 ens1f0np0}
@@ -60,13 +60,13 @@ vm_setup() {
 	vm_rails
 	vm_cni_bin_dir
 	mkdir -p /var/lib/cni /etc/cni/net.d
+	# On PATH for commands run by guest.sh and for vm-shell (functions do not survive exec).
+	ln -sf "$CNIDRIVER" /usr/local/bin/cnidriver
 }
 
 rail_rdma_dev() { # rail_rdma_dev NETDEV -> rxeN (empty, status 1 when the rail has none)
 	rdma link show | awk -v nd="$1" '$0 ~ (" netdev " nd "( |$)") {split($2, a, "/"); print a[1]; f=1} END {exit !f}'
 }
-
-cnidriver() { "$CNIDRIVER" "$@"; }
 
 cni_exec() { # cni_exec ADD|CHECK|DEL CONF NETNS [IFNAME] [CONTAINER_ID]
 	# Runs the plugin named by the config's "type" the way a runtime would, so the test sees

@@ -104,7 +104,9 @@ verify_attachment() {
 	assert_eq "$(in_pod "$pod" cat /proc/sys/net/ipv4/conf/all/rp_filter)" 0 "pod all.rp_filter"
 
 	table=$((10000 + $(in_pod "$pod" cat "/sys/class/net/$ifn/ifindex")))
-	in_pod "$pod" ip -4 rule show | grep -qE "^1000:[[:space:]]+from ${ip//./\\.} lookup $table([[:space:]]|$)" ||
+	# Anchored at the end: a rule whose action is not "to table" prints a trailing type
+	# ("lookup 10002 none") and makes every lookup from that source fail with EINVAL.
+	in_pod "$pod" ip -4 rule show | grep -qE "^1000:[[:space:]]+from ${ip//./\\.} lookup $table[[:space:]]*$" ||
 		fail "no rule '1000: from $ip lookup $table' in $pod: $(in_pod "$pod" ip -4 rule show | tr '\n' ';')"
 	routes=$(in_pod "$pod" ip -4 route show table "$table")
 	[[ -n $routes ]] || fail "table $table is empty"

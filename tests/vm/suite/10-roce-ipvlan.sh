@@ -1,0 +1,168 @@
+# roce-ipvlan against docs/contract.md on a real kernel with Soft-RoCE rails.
+# cniVersion 0.4.0 and 1.0.0 go through libcni (cnidriver), as a runtime would; 1.1.0 is newer
+# than libcni 1.1.2 knows, so it and the raw "roce" result object use direct exec (cni_exec).
+
+with_prev() { # with_prev CONF RESULT_JSON: CONF plus prevResult, as runtimes send CHECK/DEL
+	jq --argjson r "$2" '. + {prevResult: $r}' "$1"
+}
+
+# lifecycle VERSION RAIL SUBNET cnidriver|direct: ADD, verify, CHECK, DEL, verify, DEL again
+lifecycle() {
+	require_plugin
+	local v=$1 rail=$2 subnet=$3 via=$4 net pod conf res cidr info dev port idx table
+	net=roce-${v//./}-$via pod=pod${v//./}$via
+	conf=/tmp/$net.conf
+	roce_conf "$conf" "$net" "$rail" "$v" "$subnet"
+	new_pod "$pod"
+
+	if [[ $via == cnidriver ]]; then
+		assert_ok cnidriver add "$conf" "/run/netns/$pod"
+	else
+		assert_ok cni_exec ADD "$conf" "/run/netns/$pod"
+	fi
+	res=$OUT
+	echo "$res" >"/tmp/$net.result"
+	assert_eq "$(jq -r .cniVersion <<<"$res")" "$v" "result cniVersion"
+	assert_eq "$(jq -r '.interfaces[0].name' <<<"$res")" net1 "result interface name"
+	assert_eq "$(jq -r '.interfaces[.ips[0].interface].sandbox' <<<"$res")" "/run/netns/$pod" \
+		"result ips[0] points at the sandbox interface"
+	[[ $v != 0.4.0 ]] || assert_eq "$(jq -r '.ips[0].version' <<<"$res")" 4 "0.4.0 ips[0].version"
+	cidr=$(jq -r '.ips[0].address' <<<"$res")
+	assert_match "$cidr" "^${subnet%.0/*}\.[0-9]+/${subnet#*/}$" "result address in $subnet"
+
+	if [[ $via == direct ]]; then
+		info=$(verify_attachment "$pod" net1 "$rail" "$cidr" "/tmp/$net.result")
+	else
+		info=$(verify_attachment "$pod" net1 "$rail" "$cidr")
+	fi
+	read -r dev port idx table <<<"$info"
+	note "$v via $via: $cidr on $rail -> $dev port $port gid_index $idx, table $table"
+
+	if [[ $via == cnidriver ]]; then
+		assert_ok cnidriver check "$conf" "/run/netns/$pod"
+		assert_ok cnidriver del "$conf" "/run/netns/$pod"
+	else
+		with_prev "$conf" "$res" >"$conf.prev"
+		assert_ok cni_exec CHECK "$conf.prev" "/run/netns/$pod"
+		assert_ok cni_exec DEL "$conf.prev" "/run/netns/$pod"
+	fi
+	verify_gone "$pod" net1 "$net" "${cidr%/*}" "$dev" "$table"
+
+	if [[ $via == cnidriver ]]; then
+		assert_ok cnidriver del "$conf" "/run/netns/$pod"
+	else
+		assert_ok cni_exec DEL "$conf" "/run/netns/$pod"
+	fi
+}
+
+# The 0.4.0 test uses the ConnectX-style rail name: nothing may assume "rdmaN".
+test_lifecycle_v040_cnidriver() { lifecycle 0.4.0 ens1f0np0 10.9.10.0/24 cnidriver; }
+test_lifecycle_v100_cnidriver() { lifecycle 1.0.0 rdma0 10.9.11.0/24 cnidriver; }
+test_lifecycle_v100_direct() { lifecycle 1.0.0 rdma3 10.9.13.0/24 direct; }
+test_lifecycle_v110_direct() { lifecycle 1.1.0 rdma1 10.9.12.0/24 direct; }
+
+# add_one NET RAIL SUBNET POD: ADD through cnidriver (1.0.0); prints the address (CIDR)
+add_one() {
+	roce_conf "/tmp/$1.conf" "$1" "$2" 1.0.0 "$3"
+	new_pod "$4"
+	assert_ok cnidriver add "/tmp/$1.conf" "/run/netns/$4"
+	jq -r '.ips[0].address' <<<"$OUT"
+}
+
+cni_code() { jq -r '.code // empty' <<<"$1" 2>/dev/null || true; }
+
+test_check_detects_removed_address() {
+	require_plugin
+	local cidr
+	cidr=$(add_one chk-addr rdma2 10.9.20.0/24 chkaddr)
+	in_pod chkaddr ip addr del "$cidr" dev net1
+	assert_fails cnidriver check /tmp/chk-addr.conf /run/netns/chkaddr
+	assert_eq "$(cni_code "$OUT")" 107 "CHECK error code"
+	assert_match "$OUT $ERR" "(addr|${cidr%/*})" "CHECK error names the address"
+	assert_ok cnidriver del /tmp/chk-addr.conf /run/netns/chkaddr
+	assert_eq "$(host_local_ips chk-addr)" "" "host-local allocations after DEL"
+}
+
+test_check_detects_changed_sysctl() {
+	require_plugin
+	add_one chk-sysctl rdma2 10.9.21.0/24 chksys >/dev/null
+	in_pod chksys sysctl -qw net.ipv4.conf.net1.arp_ignore=0
+	assert_fails cnidriver check /tmp/chk-sysctl.conf /run/netns/chksys
+	assert_eq "$(cni_code "$OUT")" 107 "CHECK error code"
+	assert_match "$OUT $ERR" 'arp_ignore' "CHECK error names the sysctl"
+	assert_ok cnidriver del /tmp/chk-sysctl.conf /run/netns/chksys
+	assert_eq "$(host_local_ips chk-sysctl)" "" "host-local allocations after DEL"
+}
+
+test_del_after_netns_deleted() {
+	require_plugin
+	local cidr
+	cidr=$(add_one del-gone rdma3 10.9.22.0/24 delgone)
+	ip netns del delgone
+	assert_ok cnidriver del /tmp/del-gone.conf /run/netns/delgone
+	assert_eq "$(host_local_ips del-gone)" "" "host-local allocations after DEL"
+	! gid_present rxe3 "${cidr%/*}" || fail "GID for $cidr still on rxe3"
+	assert_ok cnidriver del /tmp/del-gone.conf /run/netns/delgone
+}
+
+# A NIC without an RDMA device is "no RDMA port on the rail" (101 in docs/contract.md), found
+# before anything is created. 104 (the GID never appeared) cannot be provoked on an upstream
+# kernel, which always adds the GID for an upper device's address; unit tests cover it.
+test_rail_without_rdma_fails_101() {
+	require_plugin
+	local rail=${VM_BARE_NICS%% *}
+	roce_conf /tmp/bare.conf bare "$rail" 1.0.0 10.9.30.0/24 '{"rdma": {"gidTimeoutMs": 1500}}'
+	new_pod bare
+	assert_fails cni_exec ADD /tmp/bare.conf /run/netns/bare
+	assert_eq "$(cni_code "$OUT")" 101 "error code for a rail without RDMA (stdout: $OUT)"
+	assert_eq "$(in_pod bare ip -o link show | awk -F': ' '{print $2}' | tr '\n' ' ')" "lo " \
+		"links left in the pod"
+	assert_eq "$(host_local_ips bare)" "" "host-local allocations after the failed ADD"
+	# Through libcni too: the runtime must see a failure, not a half-made attachment.
+	assert_fails cnidriver add /tmp/bare.conf /run/netns/bare
+	assert_eq "$(host_local_ips bare)" "" "host-local allocations after the failed ADD (libcni)"
+}
+
+test_l3_mode_refused_code_7() {
+	require_plugin
+	roce_conf /tmp/l3.conf l3 rdma0 1.0.0 10.9.31.0/24 '{"mode": "l3"}'
+	new_pod l3pod
+	assert_fails cni_exec ADD /tmp/l3.conf /run/netns/l3pod
+	assert_eq "$(cni_code "$OUT")" 7 "error code for mode l3 (stdout: $OUT)"
+	assert_eq "$(host_local_ips l3)" "" "host-local allocations after the refused ADD"
+}
+
+# One pod on four rails that share one flat IPv4 subnet and one host-local range (the A100
+# layout): every child must get its own rail's GID, and source routing must send traffic
+# from each address out of its own child, not whichever child owns the main-table route.
+test_four_rails_one_flat_subnet() {
+	require_plugin
+	local i rail cidr ip info dev port idx table peer=10.9.100.250 seen=" "
+	local -a ips devs tables
+	new_pod a100
+	i=1
+	for rail in rdma0 rdma1 rdma2 rdma3; do
+		roce_conf "/tmp/flat-$i.conf" flat "$rail" 1.0.0 10.9.100.0/24
+		assert_ok cnidriver add "/tmp/flat-$i.conf" /run/netns/a100 --ifname "net$i" --container-id a100
+		cidr=$(jq -r '.ips[0].address' <<<"$OUT")
+		info=$(verify_attachment a100 "net$i" "$rail" "$cidr")
+		read -r dev port idx table <<<"$info"
+		[[ $seen != *" ${cidr%/*} "* ]] || fail "address ${cidr%/*} handed out twice"
+		seen+="${cidr%/*} "
+		ips[i]=${cidr%/*} devs[i]=$dev tables[i]=$table
+		note "net$i on $rail: $cidr, $dev gid_index $idx, table $table"
+		i=$((i + 1))
+	done
+	for i in 1 2 3 4; do
+		assert_match "$(in_pod a100 ip -4 route get "$peer" from "${ips[i]}")" "dev net$i( |$)" \
+			"route to $peer from ${ips[i]}"
+	done
+	for i in 1 2 3 4; do
+		assert_ok cnidriver check "/tmp/flat-$i.conf" /run/netns/a100 --ifname "net$i" --container-id a100
+	done
+	for i in 1 2 3 4; do
+		assert_ok cnidriver del "/tmp/flat-$i.conf" /run/netns/a100 --ifname "net$i" --container-id a100
+		verify_gone a100 "net$i" flat "${ips[i]}" "${devs[i]}" "${tables[i]}"
+	done
+	assert_eq "$(host_local_ips flat)" "" "host-local allocations after DEL"
+}
