@@ -107,7 +107,8 @@ verify_attachment() {
 	# Anchored at the end: a rule whose action is not "to table" prints a trailing type
 	# ("lookup 10002 none") and makes every lookup from that source fail with EINVAL.
 	in_pod "$pod" ip -4 rule show | grep -qE "^1000:[[:space:]]+from ${ip//./\\.} lookup $table[[:space:]]*$" ||
-		fail "no rule '1000: from $ip lookup $table' in $pod: $(in_pod "$pod" ip -4 rule show | tr '\n' ';')"
+		fail "no rule '1000: from $ip lookup $table' in $pod (a trailing 'none' means the rule's" \
+			"action is FR_ACT_UNSPEC, not FR_ACT_TO_TBL): $(in_pod "$pod" ip -4 rule show | tr '\n' ';')"
 	routes=$(in_pod "$pod" ip -4 route show table "$table")
 	[[ -n $routes ]] || fail "table $table is empty"
 	while read -r line; do

@@ -1,0 +1,60 @@
+# roce-ipvlan: build, lint and test entry points (docs/testing.md explains the VM harness).
+#
+#   make build     debug build of the plugin (target/debug/roce-ipvlan, what the VM tests run)
+#   make unit      cargo unit and contract tests
+#   make lint      rustfmt check, clippy with warnings as errors, shell syntax check
+#   make vm-test   build, then boot the test VM and run tests/vm/suite
+#   make vm-suite  the VM suite only, with whatever binary ROCE_IPVLAN_BIN points at
+#   make test      lint + unit + vm-test (what CI runs)
+#   make vm-shell  interactive shell in the VM, rails and rxe devices set up
+#   make demo      attach a pod to 4 Soft-RoCE rails, show result and GIDs, detach
+#   make deps      apt-get install what is missing from tests/vm/packages.txt (needs root)
+#
+# The VM tests use the debug build: it compiles much faster than the size-optimised, LTO'd
+# release profile, and the behaviour under test is the same.
+
+CARGO ?= cargo
+ROCE_IPVLAN_BIN ?= $(CURDIR)/target/debug/roce-ipvlan
+export ROCE_IPVLAN_BIN
+
+PACKAGES := $(shell grep -v '^\#' tests/vm/packages.txt)
+SHELL_SCRIPTS := $(wildcard tests/vm/*.sh tests/vm/suite/*.sh tests/cnidriver/*.sh) tests/vm/init .ci/run
+
+.PHONY: build unit lint vm-test vm-suite test vm-shell demo deps
+
+build:
+	$(CARGO) build --locked -p roce-ipvlan
+
+unit:
+	$(CARGO) test --locked --workspace
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --locked --all-targets -- -D warnings
+	@for f in $(SHELL_SCRIPTS); do bash -n $$f || exit 1; done
+
+vm-test: build
+	$(MAKE) vm-suite
+
+vm-suite:
+	tests/vm/run.sh tests/vm/suite/run.sh
+
+# Sequential on purpose (also under make -j): cheap checks first, the VM last.
+test:
+	$(MAKE) lint
+	$(MAKE) unit
+	$(MAKE) vm-test
+
+vm-shell:
+	tests/vm/run.sh --interactive bash -l
+
+demo: deps build
+	tests/vm/run.sh tests/vm/demo.sh
+
+deps:
+	@missing=$$(for p in $(PACKAGES); do \
+		dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo "deps: installing" $$missing; \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; \
+	else echo "deps: all packages present"; fi
