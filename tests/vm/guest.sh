@@ -5,6 +5,10 @@ set -euo pipefail
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export HOME=/root TERM=${TERM:-linux}
 
+# devtmpfs has no /dev/fd (udev makes it on a real system); bash's <(...) needs it.
+ln -sfn /proc/self/fd /dev/fd
+ln -sf /proc/self/fd/0 /dev/stdin; ln -sf /proc/self/fd/1 /dev/stdout; ln -sf /proc/self/fd/2 /dev/stderr
+
 # The host root carries the host's modules; the VM kernel's own come from the unpacked .deb.
 mkdir -p "/lib/modules/$ROCE_KVER"
 mount --bind "$ROCE_KDIR/lib/modules/$ROCE_KVER" "/lib/modules/$ROCE_KVER"
