@@ -13,7 +13,7 @@ use netlink_packet_route::link::{
     InfoData, InfoIpVlan, InfoKind, IpVlanMode, LinkAttribute, LinkFlags, LinkInfo, LinkMessage,
 };
 use netlink_packet_route::route::{RouteScope, RouteType};
-use netlink_packet_route::rule::{RuleAttribute, RuleMessage};
+use netlink_packet_route::rule::{RuleAction, RuleAttribute, RuleMessage};
 use netlink_packet_route::AddressFamily;
 use rtnetlink::{Handle, IpVersion, LinkIpVlan, LinkUnspec, RouteMessageBuilder};
 
@@ -274,7 +274,13 @@ impl Netlink {
     }
 
     pub async fn add_rule(&self, source: IpAddr, table: u32, priority: u32) -> Result<()> {
-        let req = self.handle.rule().add().table_id(table).priority(priority);
+        let req = self
+            .handle
+            .rule()
+            .add()
+            .table_id(table)
+            .priority(priority)
+            .action(RuleAction::ToTable);
         let res = match source {
             IpAddr::V4(a) => req.v4().source_prefix(a, 32).execute().await,
             IpAddr::V6(a) => req.v6().source_prefix(a, 128).execute().await,
