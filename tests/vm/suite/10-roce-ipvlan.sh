@@ -123,6 +123,28 @@ test_rail_without_rdma_fails_101() {
 	assert_eq "$(host_local_ips bare)" "" "host-local allocations after the failed ADD (libcni)"
 }
 
+# The GID never appears (104): rdma.device names the RDMA device of another rail, so the child's
+# GID lands elsewhere. By then ADD has created the link, allocated the address, set sysctls and
+# added the source rule: all of it must be undone, including the pod-wide rp_filter.
+test_gid_timeout_fails_104_and_undoes_everything() {
+	require_plugin
+	local other
+	other=$(rail_rdma_dev rdma0)
+	roce_conf /tmp/gidto.conf gidto rdma1 1.0.0 10.9.32.0/24 "{\"rdma\": {\"device\": \"$other\", \"gidTimeoutMs\": 1500}}"
+	new_pod gidto
+	in_pod gidto sysctl -qw net.ipv4.conf.all.rp_filter=1
+	assert_fails cni_exec ADD /tmp/gidto.conf /run/netns/gidto
+	assert_eq "$(cni_code "$OUT")" 104 "error code when the GID never appears (stdout: $OUT)"
+	assert_match "$OUT" "did not appear on $other port 1 within 1500 ms" "timeout message names device and wait"
+	assert_match "$OUT" "::ffff:10\.9\.32\.[0-9]+" "timeout message names the GID"
+	assert_eq "$(in_pod gidto ip -o link show | awk -F': ' '{print $2}' | tr '\n' ' ')" "lo " \
+		"links left in the pod"
+	assert_eq "$(host_local_ips gidto)" "" "host-local allocations after the failed ADD"
+	assert_eq "$(in_pod gidto ip rule show | grep -c 'lookup 1[0-9][0-9][0-9][0-9]' || true)" 0 \
+		"source rules left in the pod"
+	assert_eq "$(in_pod gidto sysctl -n net.ipv4.conf.all.rp_filter)" 1 "pod-wide rp_filter restored"
+}
+
 test_l3_mode_refused_code_7() {
 	require_plugin
 	roce_conf /tmp/l3.conf l3 rdma0 1.0.0 10.9.31.0/24 '{"mode": "l3"}'
