@@ -1,31 +1,48 @@
-//! The `roce-ipvlan` binary: a CNI plugin, run by the container runtime (kubelet via Multus).
+//! The `roce-ipvlan` binary. Run by a container runtime (kubelet via Multus) with CNI_COMMAND
+//! set, it is the CNI plugin; run by hand or in a pod, it offers a few subcommands.
 
 const HELP: &str = "\
 roce-ipvlan: CNI plugin giving a pod its own IPvlan L2 netdev (and RoCE v2 GID) on a RoCE rail.
 
-It is run by a container runtime with CNI_COMMAND and the other CNI_* variables set and the
-network configuration on stdin. See README.md and docs/configuration.md.
+As a CNI plugin it is run by a container runtime with CNI_COMMAND and the other CNI_* variables
+set and the network configuration on stdin. See README.md and docs/configuration.md.
 
-  roce-ipvlan --version    print the plugin version and the CNI versions it supports
+By hand:
+  roce-ipvlan env [--format shell|json|nccl-conf]   NCCL/UCX settings for this pod's rails
+  roce-ipvlan diagnose [--netns PATH | --pid PID] [--json]
+                                                    why a pod sees zero or unusable RoCE GIDs
+  roce-ipvlan validate FILE...                      check NetworkAttachmentDefinitions or configs
+  roce-ipvlan --version                             plugin version and supported CNI versions
 ";
 
 fn main() {
-    if std::env::var_os("CNI_COMMAND").is_none() {
-        match std::env::args().nth(1).as_deref() {
-            Some("--version") | Some("-V") => {
-                println!(
-                    "roce-ipvlan {} (CNI {})",
-                    env!("CARGO_PKG_VERSION"),
-                    roce_ipvlan::cni::SUPPORTED_VERSIONS.join(", ")
-                );
-                return;
-            }
-            Some("--help") | Some("-h") => {
-                print!("{HELP}");
-                return;
-            }
-            _ => {}
-        }
+    if std::env::var_os("CNI_COMMAND").is_some() {
+        std::process::exit(roce_ipvlan::run());
     }
-    std::process::exit(roce_ipvlan::run());
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let rest = args.get(1..).unwrap_or_default();
+    let code = match args.first().map(String::as_str) {
+        // No CNI_COMMAND and no arguments: run as a plugin, which reports the missing
+        // environment as a CNI error.
+        None => roce_ipvlan::run(),
+        Some("--version") | Some("-V") => {
+            println!(
+                "roce-ipvlan {} (CNI {})",
+                env!("CARGO_PKG_VERSION"),
+                roce_ipvlan::cni::SUPPORTED_VERSIONS.join(", ")
+            );
+            0
+        }
+        Some("--help") | Some("-h") | Some("help") => {
+            print!("{HELP}");
+            0
+        }
+        // Subcommands (one arm each): env, diagnose, validate.
+        Some(other) => {
+            let _ = rest;
+            eprintln!("roce-ipvlan: unknown command {other:?}\n\n{HELP}");
+            2
+        }
+    };
+    std::process::exit(code);
 }
