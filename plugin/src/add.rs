@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::ipam::Ipam;
 use crate::netlink::{Link, Netlink};
 use crate::netns::Netns;
+use crate::rail;
 use crate::rdma::{self, GidType, RdmaPort, Sysfs, WaitError};
 use crate::routing::{self, RULE_PRIORITY};
 use crate::sysctl::{self, Sysctl};
@@ -64,11 +65,12 @@ async fn validate<'a>(env: &'a Env, conf: &'a NetConf) -> Result<Ready<'a>> {
         .expect("Env::parse requires CNI_NETNS for ADD");
     let netns = Netns::open(netns_path)?;
     let host = Netlink::current()?;
-    let master = host.link_by_name(&conf.master).await?.ok_or_else(|| {
+    let rail = rail::resolve(&conf.rail, &rail::System::default())?;
+    let master = host.link_by_name(&rail.netdev).await?.ok_or_else(|| {
         Error::Rail(format!(
-            "rail {:?} (\"master\") does not exist on this node: expected a netdev of that name \
+            "rail {:?} ({}) does not exist on this node: expected a netdev of that name \
              in the host network namespace; check the rail names with `ip link` and the NAD",
-            conf.master
+            rail.netdev, rail.chosen_by
         ))
     })?;
     if !master.admin_up {
@@ -87,7 +89,7 @@ async fn validate<'a>(env: &'a Env, conf: &'a NetConf) -> Result<Ready<'a>> {
             )));
         }
     }
-    let port = rdma_port(conf, &master)?;
+    let port = rdma_port(conf, rail.rdma_device.as_deref(), &master)?;
     let pod = Netlink::in_netns(&netns)?;
     if let Some(existing) = pod.link_by_name(&env.ifname).await? {
         return Err(Error::InvalidEnv(format!(
@@ -109,8 +111,8 @@ async fn validate<'a>(env: &'a Env, conf: &'a NetConf) -> Result<Ready<'a>> {
 }
 
 /// The RDMA port whose GID table will hold the child's GID: as configured, or the rail's own.
-fn rdma_port(conf: &NetConf, master: &Link) -> Result<RdmaPort> {
-    if let Some(device) = &conf.rdma.device {
+fn rdma_port(conf: &NetConf, device: Option<&str>, master: &Link) -> Result<RdmaPort> {
+    if let Some(device) = device {
         let sysfs = Sysfs::system();
         if !sysfs.device_exists(device) {
             return Err(Error::NoRdmaPort(format!(
@@ -119,7 +121,7 @@ fn rdma_port(conf: &NetConf, master: &Link) -> Result<RdmaPort> {
             )));
         }
         return Ok(RdmaPort {
-            device: device.clone(),
+            device: device.to_string(),
             port: conf.rdma.port.unwrap_or(1),
         });
     }

@@ -8,6 +8,7 @@ use crate::error::{Error, Result};
 use crate::ipam::Ipam;
 use crate::netlink::Netlink;
 use crate::netns::Netns;
+use crate::rail;
 use crate::rdma::{GidSlot, GidType, Sysfs};
 use crate::routing;
 use crate::sysctl;
@@ -34,8 +35,12 @@ pub async fn check(env: &Env, conf: &NetConf) -> Result<()> {
     };
 
     let host = Netlink::current()?;
-    let master = host.link_by_name(&conf.master).await?.ok_or_else(|| {
-        Error::CheckFailed(format!("rail {} no longer exists on the node", conf.master))
+    let rail = rail::resolve(&conf.rail, &rail::System::default())?;
+    let master = host.link_by_name(&rail.netdev).await?.ok_or_else(|| {
+        Error::CheckFailed(format!(
+            "rail {} ({}) no longer exists on the node",
+            rail.netdev, rail.chosen_by
+        ))
     })?;
     let pod = Netlink::in_netns(&netns)?;
     let Some(child) = pod.link_by_name(&env.ifname).await? else {

@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use crate::cni;
 use crate::error::{Error, Result};
+use crate::rail;
 use crate::sysctl::{self, Sysctl};
 
 pub const DEFAULT_GID_TIMEOUT: Duration = Duration::from_millis(10_000);
@@ -25,6 +26,12 @@ struct RawConf {
     #[serde(rename = "type")]
     kind: String,
     master: Option<String>,
+    /// Injected by Multus from the device plugin's allocation (see rail.rs).
+    #[serde(rename = "deviceID")]
+    device_id: Option<String>,
+    runtime_config: Option<Value>,
+    /// CNI `args`; `args.cni` carries Multus cni-args (see rail.rs).
+    args: Option<Value>,
     mode: Option<String>,
     mtu: Option<u32>,
     ipam: Option<Value>,
@@ -51,7 +58,9 @@ struct RawRdma {
 pub struct NetConf {
     pub cni_version: String,
     pub name: String,
-    pub master: String,
+    /// What names the rail (master, deviceID, rdma.device, cni-args); resolved on the node by
+    /// `rail::resolve` before ADD or CHECK changes anything.
+    pub rail: rail::Inputs,
     pub mtu: Option<u32>,
     /// The IPAM section, handed unchanged to the IPAM plugin.
     pub ipam: Option<Ipam>,
@@ -110,20 +119,6 @@ impl NetConf {
             return bad(format!(
                 "\"type\" is {:?}: this plugin is roce-ipvlan; the runtime ran the wrong binary",
                 conf.kind
-            ));
-        }
-        let master = match conf.master {
-            Some(m) if !m.is_empty() => m,
-            _ => {
-                return bad(
-                    "\"master\" is missing: name the rail netdev, e.g. \"master\": \"rdma3\""
-                        .into(),
-                )
-            }
-        };
-        if cni::validate_ifname(&master).is_err() {
-            return bad(format!(
-                "\"master\" {master:?} is not a valid interface name"
             ));
         }
         match conf.mode.as_deref() {
@@ -218,10 +213,21 @@ impl NetConf {
                 ));
             }
         }
+        let rail = rail::Inputs::new(
+            conf.master,
+            rdma.device.clone(),
+            conf.device_id,
+            conf.runtime_config
+                .as_ref()
+                .and_then(|r| r.get("deviceID"))
+                .and_then(Value::as_str)
+                .map(String::from),
+            conf.args.as_ref(),
+        )?;
         Ok(NetConf {
             cni_version: conf.cni_version,
             name: conf.name,
-            master,
+            rail,
             mtu: conf.mtu,
             ipam,
             sysctls,
@@ -309,7 +315,7 @@ mod tests {
     #[test]
     fn minimal_config_gets_the_defaults() {
         let c = parse(&base()).unwrap();
-        assert_eq!(c.master, "rdma3");
+        assert_eq!(c.rail.master.as_deref(), Some("rdma3"));
         assert_eq!(c.ipam.unwrap().kind, "host-local");
         assert!(c.source_routing);
         assert_eq!(c.sysctls.len(), 6);
@@ -336,7 +342,6 @@ mod tests {
         refused(with("mode", json!("l3")), 7, "L2 segment");
         refused(with("mode", json!("l3s")), 7, "L2 segment");
         refused(with("mode", json!("bridge")), 7, "unknown");
-        refused(with("master", json!("")), 7, "master");
         refused(with("master", json!("a/b")), 7, "master");
         refused(with("type", json!("ipvlan")), 7, "wrong binary");
         refused(with("mtu", json!(10)), 7, "mtu");
@@ -366,9 +371,12 @@ mod tests {
         let mut no_ipam = base();
         no_ipam.as_object_mut().unwrap().remove("ipam");
         refused(no_ipam, 7, "ipam");
-        let mut no_master = base();
-        no_master.as_object_mut().unwrap().remove("master");
-        refused(no_master, 7, "master");
+        refused(with("deviceID", json!("3")), 7, "counter");
+        refused(
+            with("args", json!({"cni": {"master": 3}})),
+            7,
+            "args.cni.master",
+        );
     }
 
     #[test]

@@ -15,6 +15,7 @@ pub mod ipam;
 pub mod logging;
 pub mod netlink;
 pub mod netns;
+pub mod rail;
 pub mod rdma;
 pub mod routing;
 pub mod sysctl;
