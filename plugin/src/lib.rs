@@ -10,7 +10,9 @@ pub mod check;
 pub mod cni;
 pub mod config;
 pub mod del;
+pub mod device_info;
 pub mod error;
+pub mod install;
 pub mod ipam;
 pub mod logging;
 pub mod netlink;
@@ -20,6 +22,8 @@ pub mod rdma;
 pub mod routing;
 pub mod sysctl;
 pub mod undo;
+pub mod validate;
+pub mod workload_env;
 
 use std::io::Read;
 

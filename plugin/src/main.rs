@@ -12,6 +12,8 @@ By hand:
   roce-ipvlan diagnose [--netns PATH | --pid PID] [--json]
                                                     why a pod sees zero or unusable RoCE GIDs
   roce-ipvlan validate FILE...                      check NetworkAttachmentDefinitions or configs
+  roce-ipvlan install [--to DIR] [--wait]           copy this binary into DIR (default
+                                                    /host/opt/cni/bin) atomically (DaemonSet)
   roce-ipvlan --version                             plugin version and supported CNI versions
 ";
 
@@ -38,6 +40,9 @@ fn main() {
             0
         }
         // Subcommands (one arm each): env, diagnose, validate.
+        Some("validate") => roce_ipvlan::validate::main(rest),
+        Some("install") => roce_ipvlan::install::main(rest),
+        Some("env") => roce_ipvlan::workload_env::main(rest),
         Some(other) => {
             let _ = rest;
             eprintln!("roce-ipvlan: unknown command {other:?}\n\n{HELP}");

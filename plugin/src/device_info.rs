@@ -1,0 +1,197 @@
+//! Multus device-info (k8snetworkplumbingwg device-info-spec 1.1.0): when the NAD declares the
+//! `CNIDeviceInfoFile` capability, Multus passes `runtimeConfig.CNIDeviceInfoFile`, a path
+//! unique per attachment, and copies whatever is in it into the pod's network-status
+//! annotation. With `deviceID` set, ADD writes there the `pci` entry with `pci-address` and
+//! `rdma-device`, so the annotation names each rail's RDMA device; DEL removes the file.
+//!
+//! When Multus already copied the device plugin's file there, it is kept and only
+//! `rdma-device` is added (spec §5.1.2: the plugin may read an existing file and write one
+//! that is missing).
+
+use std::fs;
+use std::io::{self, Write};
+use std::path::{Component, Path, PathBuf};
+
+use serde_json::{json, Map, Value};
+
+use crate::error::{Error, Result};
+
+/// The device-info spec version written.
+pub const SPEC_VERSION: &str = "1.1.0";
+
+/// The CNIDeviceInfoFile path of `runtimeConfig`, checked: absolute, no `..`, a file name.
+pub fn file_from_runtime_config(runtime_config: Option<&Value>) -> Result<Option<PathBuf>> {
+    let Some(value) = runtime_config.and_then(|r| r.get("CNIDeviceInfoFile")) else {
+        return Ok(None);
+    };
+    let bad = |why: &str| {
+        Err(Error::InvalidConfig(format!(
+            "\"runtimeConfig.CNIDeviceInfoFile\" {value}: {why}; expected an absolute file path \
+             such as /var/run/k8s.cni.cncf.io/devinfo/cni/<unique-name> (set by Multus)"
+        )))
+    };
+    let Some(text) = value.as_str() else {
+        return bad("not a string");
+    };
+    if text.is_empty() {
+        return Ok(None);
+    }
+    let path = PathBuf::from(text);
+    if !path.is_absolute() {
+        return bad("not absolute");
+    }
+    if path.components().any(|c| c == Component::ParentDir) {
+        return bad("contains '..'");
+    }
+    if path.file_name().is_none() || text.ends_with('/') {
+        return bad("names no file");
+    }
+    Ok(Some(path))
+}
+
+/// The device-info document for a rail: a new one, or `existing` with `rdma-device` added.
+/// None when `existing` is something this plugin should not touch (another type, another
+/// PCI address, or not JSON).
+pub fn document(existing: Option<&str>, pci_address: &str, rdma_device: &str) -> Option<Value> {
+    let Some(text) = existing else {
+        return Some(json!({
+            "type": "pci",
+            "version": SPEC_VERSION,
+            "pci": { "pci-address": pci_address, "rdma-device": rdma_device },
+        }));
+    };
+    let mut doc: Map<String, Value> = serde_json::from_str(text).ok()?;
+    if doc.get("type").and_then(Value::as_str) != Some("pci") {
+        return None;
+    }
+    let pci = doc.get_mut("pci")?.as_object_mut()?;
+    match pci.get("pci-address").and_then(Value::as_str) {
+        Some(addr) if !addr.eq_ignore_ascii_case(pci_address) => return None,
+        Some(_) => {}
+        None => {
+            pci.insert("pci-address".into(), pci_address.into());
+        }
+    }
+    pci.entry("rdma-device")
+        .or_insert_with(|| rdma_device.into());
+    Some(Value::Object(doc))
+}
+
+/// Writes (or completes) the device-info file at ADD.
+pub fn write(path: &Path, pci_address: &str, rdma_device: &str) -> Result<()> {
+    let io_err = |what: &str, e: io::Error| {
+        Error::io(format!("{what} device-info file {}", path.display()), e)
+    };
+    let existing = match fs::read_to_string(path) {
+        Ok(text) => Some(text),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) => return Err(io_err("cannot read the", e)),
+    };
+    let Some(doc) = document(existing.as_deref(), pci_address, rdma_device) else {
+        tracing::warn!(path = %path.display(), "device-info file exists and describes another device; left as is");
+        return Ok(());
+    };
+    if let Some(dir) = path.parent() {
+        fs::create_dir_all(dir).map_err(|e| io_err("cannot create the directory of the", e))?;
+    }
+    // Written beside and renamed, so that Multus never reads half a file.
+    let tmp = path.with_extension("roce-ipvlan.tmp");
+    let text = serde_json::to_string(&doc).expect("a JSON value always serializes");
+    let written = fs::File::create(&tmp)
+        .and_then(|mut f| f.write_all(text.as_bytes()).and_then(|()| f.sync_all()))
+        .and_then(|()| fs::rename(&tmp, path));
+    if let Err(e) = written {
+        let _ = fs::remove_file(&tmp);
+        return Err(io_err("cannot write the", e));
+    }
+    tracing::info!(path = %path.display(), pci_address, rdma_device, "device-info written");
+    Ok(())
+}
+
+/// Removes the device-info file at DEL; best-effort, a missing file is fine.
+pub fn remove(path: &Path) {
+    match fs::remove_file(path) {
+        Ok(()) => tracing::info!(path = %path.display(), "device-info removed"),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => tracing::warn!(path = %path.display(), error = %e, "cannot remove device-info"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_from_runtime_config() {
+        let rc = json!({"CNIDeviceInfoFile": "/var/run/k8s.cni.cncf.io/devinfo/cni/abc-net1"});
+        assert_eq!(
+            file_from_runtime_config(Some(&rc)).unwrap(),
+            Some(PathBuf::from(
+                "/var/run/k8s.cni.cncf.io/devinfo/cni/abc-net1"
+            ))
+        );
+        assert_eq!(file_from_runtime_config(None).unwrap(), None);
+        assert_eq!(
+            file_from_runtime_config(Some(&json!({"mac": "x"}))).unwrap(),
+            None
+        );
+        assert_eq!(
+            file_from_runtime_config(Some(&json!({"CNIDeviceInfoFile": ""}))).unwrap(),
+            None
+        );
+        for bad in [
+            json!("relative/x"),
+            json!("/a/../b"),
+            json!("/a/"),
+            json!(7),
+        ] {
+            let rc = json!({ "CNIDeviceInfoFile": bad });
+            let err = file_from_runtime_config(Some(&rc)).unwrap_err();
+            assert_eq!(err.code(), 7, "{err}");
+        }
+    }
+
+    #[test]
+    fn new_document_follows_the_spec() {
+        let doc = document(None, "0000:3b:00.2", "mlx5_6").unwrap();
+        assert_eq!(
+            doc,
+            json!({"type": "pci", "version": "1.1.0",
+                   "pci": {"pci-address": "0000:3b:00.2", "rdma-device": "mlx5_6"}})
+        );
+    }
+
+    #[test]
+    fn existing_device_plugin_file_is_completed_not_replaced() {
+        let dp = r#"{"type":"pci","version":"1.0.0","pci":{"pci-address":"0000:3b:00.2","pf-pci-address":"0000:3b:00.0"}}"#;
+        let doc = document(Some(dp), "0000:3b:00.2", "mlx5_6").unwrap();
+        assert_eq!(doc["pci"]["rdma-device"], "mlx5_6");
+        assert_eq!(doc["pci"]["pf-pci-address"], "0000:3b:00.0");
+        assert_eq!(doc["version"], "1.0.0");
+        // An rdma-device already named by the device plugin wins.
+        let named = r#"{"type":"pci","version":"1.1.0","pci":{"pci-address":"0000:3b:00.2","rdma-device":"mlx5_9"}}"#;
+        assert_eq!(
+            document(Some(named), "0000:3b:00.2", "mlx5_6").unwrap()["pci"]["rdma-device"],
+            "mlx5_9"
+        );
+        // Another device, another type, or garbage: left alone.
+        let other = r#"{"type":"pci","version":"1.1.0","pci":{"pci-address":"0000:af:00.1"}}"#;
+        assert_eq!(document(Some(other), "0000:3b:00.2", "mlx5_6"), None);
+        let vdpa = r#"{"type":"vdpa","version":"1.1.0","vdpa":{}}"#;
+        assert_eq!(document(Some(vdpa), "0000:3b:00.2", "mlx5_6"), None);
+        assert_eq!(document(Some("not json"), "0000:3b:00.2", "mlx5_6"), None);
+    }
+
+    #[test]
+    fn write_then_remove() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("devinfo/cni/pod-net1");
+        write(&path, "0000:3b:00.2", "mlx5_6").unwrap();
+        let doc: Value = serde_json::from_str(&fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(doc["pci"]["rdma-device"], "mlx5_6");
+        assert_eq!(fs::read_dir(path.parent().unwrap()).unwrap().count(), 1);
+        remove(&path);
+        assert!(!path.exists());
+        remove(&path); // a second DEL
+    }
+}

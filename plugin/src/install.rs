@@ -1,0 +1,283 @@
+//! `roce-ipvlan install`: copies this binary into a node's CNI directory, for the DaemonSet in
+//! deploy/. The image is a static binary on an empty base, so there is no shell to do it.
+//!
+//! The copy must never be seen half-written: Multus may exec the plugin at any moment. So the
+//! binary is written to a temporary file in the target directory (same filesystem), fsynced,
+//! and renamed over the target; rename(2) within a directory replaces the name atomically, so a
+//! reader opens either the old file or the new one. The directory is fsynced too, so that the
+//! rename survives a crash of the node. A target with the same content is left alone, so a
+//! restarted pod does not rewrite it; a new image has a new binary, and the rollout of the
+//! DaemonSet reinstalls it.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// Where the DaemonSet mounts the host's /opt/cni/bin.
+pub const DEFAULT_DIR: &str = "/host/opt/cni/bin";
+pub const DEFAULT_NAME: &str = "roce-ipvlan";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Installed {
+    /// The target was missing or different and now holds the new binary.
+    Replaced,
+    /// The target already had this content.
+    UpToDate,
+}
+
+/// Installs `source` as `dir/name` atomically, mode 0755.
+pub fn install(source: &Path, dir: &Path, name: &str) -> io::Result<Installed> {
+    if name.is_empty() || name.contains('/') || name.starts_with('.') {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{name:?} is not a plain file name"),
+        ));
+    }
+    let content =
+        fs::read(source).map_err(|e| annotate(e, &format!("cannot read {}", source.display())))?;
+    let target = dir.join(name);
+    if same_content(&target, &content)? {
+        return Ok(Installed::UpToDate);
+    }
+    // The name is unique per process; a leftover of a killed installer with the same pid is
+    // truncated and reused, and nothing else ever opens it.
+    let temp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
+    let result = write_synced(&temp, &content).and_then(|()| {
+        fs::rename(&temp, &target).map_err(|e| {
+            annotate(
+                e,
+                &format!("cannot rename {} to {}", temp.display(), target.display()),
+            )
+        })
+    });
+    if let Err(e) = result {
+        let _ = fs::remove_file(&temp);
+        return Err(e);
+    }
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| annotate(e, &format!("cannot sync directory {}", dir.display())))?;
+    Ok(Installed::Replaced)
+}
+
+fn write_synced(path: &Path, content: &[u8]) -> io::Result<()> {
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o755)
+        .open(path)
+        .map_err(|e| annotate(e, &format!("cannot create {}", path.display())))?;
+    // The mode given at creation is filtered by the umask; the plugin must be executable.
+    file.set_permissions(fs::Permissions::from_mode(0o755))?;
+    file.write_all(content)?;
+    file.sync_all()
+        .map_err(|e| annotate(e, &format!("cannot sync {}", path.display())))
+}
+
+fn same_content(target: &Path, content: &[u8]) -> io::Result<bool> {
+    let mut file = match File::open(target) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(annotate(e, &format!("cannot read {}", target.display()))),
+    };
+    if file.metadata()?.len() != content.len() as u64 {
+        return Ok(false);
+    }
+    let mut existing = Vec::with_capacity(content.len());
+    file.read_to_end(&mut existing)?;
+    Ok(existing == content)
+}
+
+fn annotate(e: io::Error, what: &str) -> io::Error {
+    io::Error::new(e.kind(), format!("{what}: {e}"))
+}
+
+/// `roce-ipvlan install [--to DIR] [--name NAME] [--from FILE] [--wait]`; returns the exit
+/// status. With `--wait` it then sleeps until SIGTERM/SIGINT (the DaemonSet's container stays
+/// up, so that a new image is installed by the next rollout).
+pub fn main(args: &[String]) -> i32 {
+    let usage = "usage: roce-ipvlan install [--to DIR] [--name NAME] [--from FILE] [--wait]\n\
+                 Copies the plugin into DIR (default /host/opt/cni/bin) atomically; --wait then \
+                 stays idle until SIGTERM.";
+    let mut dir = PathBuf::from(DEFAULT_DIR);
+    let mut name = DEFAULT_NAME.to_string();
+    let mut from: Option<PathBuf> = None;
+    let mut wait = false;
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        let mut value = || it.next().cloned();
+        match arg.as_str() {
+            "--to" => match value() {
+                Some(v) => dir = PathBuf::from(v),
+                None => return usage_error(usage),
+            },
+            "--name" => match value() {
+                Some(v) => name = v,
+                None => return usage_error(usage),
+            },
+            "--from" => match value() {
+                Some(v) => from = Some(PathBuf::from(v)),
+                None => return usage_error(usage),
+            },
+            "--wait" => wait = true,
+            "-h" | "--help" => {
+                println!("{usage}");
+                return 0;
+            }
+            _ => return usage_error(usage),
+        }
+    }
+    let source = match from.map_or_else(std::env::current_exe, Ok) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("roce-ipvlan install: cannot find this binary: {e}");
+            return 1;
+        }
+    };
+    match install(&source, &dir, &name) {
+        Ok(Installed::Replaced) => println!("installed {}", dir.join(&name).display()),
+        Ok(Installed::UpToDate) => println!("{} is up to date", dir.join(&name).display()),
+        Err(e) => {
+            eprintln!("roce-ipvlan install: {e}");
+            return 1;
+        }
+    }
+    if wait {
+        wait_for_termination();
+    }
+    0
+}
+
+fn usage_error(usage: &str) -> i32 {
+    eprintln!("{usage}");
+    2
+}
+
+/// Blocks until SIGTERM or SIGINT. As PID 1 of a container the process has no default action
+/// for these signals (the kernel ignores them for PID 1), so it must wait for them itself or
+/// every pod deletion would wait out the grace period.
+fn wait_for_termination() {
+    use nix::sys::signal::{SigSet, Signal};
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGTERM);
+    set.add(Signal::SIGINT);
+    if let Err(e) = set.thread_block() {
+        eprintln!("roce-ipvlan install: cannot block signals ({e}); idling without them");
+        loop {
+            std::thread::park();
+        }
+    }
+    match set.wait() {
+        Ok(sig) => println!("{sig}: exiting"),
+        Err(e) => eprintln!("roce-ipvlan install: waiting for signals failed: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    fn file_with(dir: &Path, name: &str, content: &[u8]) -> PathBuf {
+        let p = dir.join(name);
+        fs::write(&p, content).unwrap();
+        p
+    }
+
+    #[test]
+    fn installs_then_is_up_to_date_then_replaces() {
+        let src = tempfile::tempdir().unwrap();
+        let dst = tempfile::tempdir().unwrap();
+        let a = file_with(src.path(), "a", b"version a");
+        let b = file_with(src.path(), "b", b"version b, longer");
+        assert_eq!(
+            install(&a, dst.path(), "roce-ipvlan").unwrap(),
+            Installed::Replaced
+        );
+        let target = dst.path().join("roce-ipvlan");
+        assert_eq!(fs::read(&target).unwrap(), b"version a");
+        let mode = fs::metadata(&target).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o755);
+        let inode = std::os::unix::fs::MetadataExt::ino(&fs::metadata(&target).unwrap());
+        assert_eq!(
+            install(&a, dst.path(), "roce-ipvlan").unwrap(),
+            Installed::UpToDate
+        );
+        assert_eq!(
+            std::os::unix::fs::MetadataExt::ino(&fs::metadata(&target).unwrap()),
+            inode,
+            "an up-to-date target is not rewritten"
+        );
+        assert_eq!(
+            install(&b, dst.path(), "roce-ipvlan").unwrap(),
+            Installed::Replaced
+        );
+        assert_eq!(fs::read(&target).unwrap(), b"version b, longer");
+        // No temporary file is left behind.
+        let names: Vec<_> = fs::read_dir(dst.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("roce-ipvlan")]);
+    }
+
+    #[test]
+    fn failures_say_what_and_leave_nothing() {
+        let dst = tempfile::tempdir().unwrap();
+        let err = install(Path::new("/nonexistent/x"), dst.path(), "p").unwrap_err();
+        assert!(err.to_string().contains("/nonexistent/x"), "{err}");
+        let src = tempfile::tempdir().unwrap();
+        let a = file_with(src.path(), "a", b"x");
+        let err = install(&a, &dst.path().join("missing"), "p").unwrap_err();
+        assert!(err.to_string().contains("cannot create"), "{err}");
+        assert!(install(&a, dst.path(), "../p").is_err());
+        assert_eq!(fs::read_dir(dst.path()).unwrap().count(), 0);
+    }
+
+    /// A reader that opens the target in a loop while it is replaced over and over must only
+    /// ever see one whole version, never a mix, a truncated file or a missing one.
+    #[test]
+    fn a_concurrent_reader_never_sees_a_partial_file() {
+        let src = tempfile::tempdir().unwrap();
+        let dst = tempfile::tempdir().unwrap();
+        // Large enough that a plain write would be observed in pieces.
+        let a = vec![b'a'; 4 << 20];
+        let mut b = vec![b'b'; (4 << 20) + 4096];
+        b[0] = b'B';
+        let pa = file_with(src.path(), "a", &a);
+        let pb = file_with(src.path(), "b", &b);
+        install(&pa, dst.path(), "plugin").unwrap();
+
+        let target = dst.path().join("plugin");
+        let stop = Arc::new(AtomicBool::new(false));
+        let reader = {
+            let (stop, target, a, b) = (stop.clone(), target.clone(), a.clone(), b.clone());
+            std::thread::spawn(move || {
+                let mut reads = 0u32;
+                while !stop.load(Ordering::Relaxed) {
+                    let got = fs::read(&target).expect("the target always exists");
+                    assert!(
+                        got == a || got == b,
+                        "read a partial or mixed file of {} bytes",
+                        got.len()
+                    );
+                    reads += 1;
+                }
+                reads
+            })
+        };
+        for i in 0..40 {
+            let src = if i % 2 == 0 { &pb } else { &pa };
+            assert_eq!(
+                install(src, dst.path(), "plugin").unwrap(),
+                Installed::Replaced
+            );
+        }
+        stop.store(true, Ordering::Relaxed);
+        let reads = reader.join().expect("the reader saw only whole files");
+        assert!(reads > 0);
+    }
+}

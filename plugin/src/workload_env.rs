@@ -1,0 +1,1005 @@
+//! `roce-ipvlan env`: run inside a pod (or any netns), find the pod's roce-ipvlan rails, check
+//! each against the GID table as this netns sees it, and print NCCL/UCX settings under which
+//! both libraries use exactly those rails and GIDs.
+//!
+//! libcni and Multus drop the `roce` result extension, so the rails are found by the interface
+//! alias ADD writes on each child (`rdma_dev=… port=… gid_index=… gid=…`). The alias is a
+//! claim, not proof: the GID at that index must still be that value with type RoCE v2.
+//!
+//! When every rail's GID sits at the same index the settings are NCCL_IB_GID_INDEX and
+//! UCX_IB_GID_INDEX. Otherwise (indexes are first-free slots, so they can differ) the libraries'
+//! own selection is steered by family/range (NCCL) and subnets (UCX), and the models in
+//! [`select`] must pick the reported GID on every rail, or nothing is printed.
+
+pub mod select;
+
+use std::fmt::Write as _;
+use std::fs;
+use std::io;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Value};
+
+use crate::cni::Roce;
+use crate::rdma::{GidSlot, GidTable, GidType, RdmaPort, Sysfs};
+use select::{
+    gid_address, gid_family, nccl_gid_index, ucx_gid_index, NcclEnv, NcclTypeRead, Prefix, Slot,
+    UcxEnv, UcxVersion,
+};
+
+const USAGE: &str = "\
+usage: roce-ipvlan env [--format shell|json|nccl-conf] [--sys DIR]
+
+Prints NCCL/UCX settings for this network namespace's roce-ipvlan rails:
+  shell      (default) unset/export lines, for: eval \"$(roce-ipvlan env)\"
+  json       rails, settings and notes
+  nccl-conf  KEY=VALUE lines for /etc/nccl.conf (NCCL settings only)
+--sys DIR reads DIR instead of /sys (recorded trees, debugging).
+Exit status: 0 printed, 1 no rails / stale GID / no correct settings, 2 usage.
+";
+
+/// Why `env` printed no settings.
+#[derive(Debug, thiserror::Error)]
+pub enum EnvError {
+    #[error("{0}\n\n{USAGE}")]
+    Usage(String),
+    #[error(
+        "no roce-ipvlan rails in this network namespace: none of the {scanned} interfaces under \
+         {dir} has an alias of the form 'rdma_dev=<dev> port=<port> gid_index=<n> gid=<gid>'. \
+         Run this inside the pod (or `ip netns exec <pod> roce-ipvlan env`), after its \
+         roce-ipvlan attachments were added"
+    )]
+    NoRails { scanned: usize, dir: String },
+    #[error(
+        "rail {ifname} ({port}): its alias says GID {gid} at index {index}, but {found}. The GID \
+         is gone or moved (address removed, interface re-addressed, or the pod cannot see it); \
+         not trusting it. Recreate the pod, or check `roce-ipvlan diagnose`"
+    )]
+    StaleGid {
+        ifname: String,
+        port: RdmaPort,
+        gid: std::net::Ipv6Addr,
+        index: u32,
+        found: String,
+    },
+    #[error("cannot read {what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("no NCCL/UCX settings select the right GID on every rail: {0}")]
+    Unexpressible(String),
+}
+
+impl EnvError {
+    fn exit_code(&self) -> i32 {
+        match self {
+            EnvError::Usage(_) => 2,
+            _ => 1,
+        }
+    }
+}
+
+/// Output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Shell,
+    Json,
+    NcclConf,
+}
+
+/// One rail of the pod: its interface, what the alias says, and the port's GID table as this
+/// netns sees it (indexed by GID index).
+#[derive(Debug, Clone)]
+pub struct Rail {
+    pub ifname: String,
+    pub roce: Roce,
+    pub table: Vec<Slot>,
+}
+
+/// What `env` prints, in any format.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// Settings in output order.
+    pub env: Vec<(&'static str, String)>,
+    /// Variables that must not be set: they would override or conflict with `env`.
+    pub unset: Vec<&'static str>,
+    /// Facts the user should know (version requirements).
+    pub notes: Vec<String>,
+}
+
+/// Entry point of the subcommand; returns the exit code.
+pub fn main(args: &[String]) -> i32 {
+    match run(args) {
+        Ok(text) => {
+            print!("{text}");
+            0
+        }
+        Err(err) => {
+            eprintln!("roce-ipvlan env: {err}");
+            err.exit_code()
+        }
+    }
+}
+
+fn run(args: &[String]) -> Result<String, EnvError> {
+    let mut format = Format::Shell;
+    let mut sys = PathBuf::from("/sys");
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        let (flag, inline) = match arg.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_string())),
+            _ => (arg.as_str(), None),
+        };
+        let mut value = || {
+            inline
+                .clone()
+                .or_else(|| it.next().cloned())
+                .ok_or_else(|| EnvError::Usage(format!("{flag} needs a value")))
+        };
+        match flag {
+            "--format" | "-f" => {
+                format = match value()?.as_str() {
+                    "shell" => Format::Shell,
+                    "json" => Format::Json,
+                    "nccl-conf" => Format::NcclConf,
+                    other => {
+                        return Err(EnvError::Usage(format!(
+                            "unknown format {other:?}: use shell, json or nccl-conf"
+                        )))
+                    }
+                }
+            }
+            "--sys" => sys = PathBuf::from(value()?),
+            "--help" | "-h" => return Ok(USAGE.to_string()),
+            other => return Err(EnvError::Usage(format!("unknown argument {other:?}"))),
+        }
+    }
+    let rails = discover(&sys)?;
+    let plan = plan(&rails)?;
+    Ok(render(format, &rails, &plan))
+}
+
+/// Finds this netns's roce-ipvlan rails under `<sys>/class/net`, in ifindex order, each
+/// checked against its port's GID table under `<sys>/class/infiniband`.
+pub fn discover(sys: &Path) -> Result<Vec<Rail>, EnvError> {
+    let dir = sys.join("class/net");
+    let io_err = |what: String| move |source| EnvError::Io { what, source };
+    let entries = fs::read_dir(&dir).map_err(io_err(dir.display().to_string()))?;
+    let mut found = Vec::new();
+    let mut scanned = 0;
+    for entry in entries {
+        let entry = entry.map_err(io_err(dir.display().to_string()))?;
+        let ifname = entry.file_name().to_string_lossy().into_owned();
+        scanned += 1;
+        // Interfaces without an alias file (or unreadable ones) are simply not rails.
+        let Ok(alias) = fs::read_to_string(entry.path().join("ifalias")) else {
+            continue;
+        };
+        let Some(roce) = Roce::from_ifalias(alias.trim()) else {
+            continue;
+        };
+        let ifindex = fs::read_to_string(entry.path().join("ifindex"))
+            .ok()
+            .and_then(|s| s.trim().parse::<u32>().ok())
+            .unwrap_or(u32::MAX);
+        found.push((ifindex, ifname, roce));
+    }
+    if found.is_empty() {
+        return Err(EnvError::NoRails {
+            scanned,
+            dir: dir.display().to_string(),
+        });
+    }
+    found.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+    let sysfs = Sysfs::new(sys);
+    found
+        .into_iter()
+        .map(|(_, ifname, roce)| {
+            let port = RdmaPort {
+                device: roce.rdma_device.clone(),
+                port: roce.port,
+            };
+            let table = sysfs.read_gid_table(&port).map_err(|source| EnvError::Io {
+                what: format!("the GID table of {port} (rail {ifname})"),
+                source,
+            })?;
+            check_rail(ifname, roce, &table)
+        })
+        .collect()
+}
+
+/// Checks that the table holds the alias's GID at its index with type RoCE v2, and converts
+/// the table into the libraries' view.
+pub fn check_rail(ifname: String, roce: Roce, table: &GidTable) -> Result<Rail, EnvError> {
+    let at = table.slots.iter().find(|(i, _)| *i == roce.gid_index);
+    let found = match at {
+        None => Some(format!(
+            "the port has no slot {} ({} slots)",
+            roce.gid_index,
+            table.slots.len()
+        )),
+        Some((_, GidSlot::Zero)) => Some("that slot is empty as seen from here".to_string()),
+        Some((_, GidSlot::Entry { gid, gid_type, .. })) => {
+            if *gid != roce.gid {
+                Some(format!("that slot holds {gid}"))
+            } else if gid_type.as_ref() != Some(&GidType::RoceV2) {
+                Some(format!(
+                    "that slot's type is {}",
+                    gid_type
+                        .as_ref()
+                        .map_or_else(|| "unreadable".to_string(), |t| t.to_string())
+                ))
+            } else {
+                None
+            }
+        }
+    };
+    if let Some(found) = found {
+        return Err(EnvError::StaleGid {
+            port: table.port.clone(),
+            ifname,
+            gid: roce.gid,
+            index: roce.gid_index,
+            found,
+        });
+    }
+    let len = table
+        .slots
+        .iter()
+        .map(|(i, _)| *i as usize + 1)
+        .max()
+        .unwrap_or(0);
+    let mut slots = vec![Slot::EMPTY; len];
+    for (index, slot) in &table.slots {
+        if let GidSlot::Entry { gid, gid_type, .. } = slot {
+            slots[*index as usize] = Slot {
+                gid: *gid,
+                version: match gid_type {
+                    Some(GidType::RoceV1) => Some(1),
+                    Some(GidType::RoceV2) => Some(2),
+                    _ => None,
+                },
+            };
+        }
+    }
+    Ok(Rail {
+        ifname,
+        roce,
+        table: slots,
+    })
+}
+
+fn hca(rail: &Rail) -> String {
+    format!("{}:{}", rail.roce.rdma_device, rail.roce.port)
+}
+
+/// The settings for these rails, verified against the NCCL and UCX models.
+pub fn plan(rails: &[Rail]) -> Result<Plan, EnvError> {
+    let mut hcas: Vec<String> = Vec::new();
+    for rail in rails {
+        let h = hca(rail);
+        if !hcas.contains(&h) {
+            hcas.push(h);
+        }
+    }
+    let hcas = hcas.join(",");
+    let first = rails.first().map(|r| r.roce.gid_index);
+    let same_index = rails.iter().all(|r| Some(r.roce.gid_index) == first);
+
+    let mut plan = Plan {
+        env: Vec::new(),
+        unset: Vec::new(),
+        notes: Vec::new(),
+    };
+    // `=` makes NCCL match device names exactly (mlx5_1 would otherwise also match mlx5_10).
+    plan.env.push(("NCCL_IB_HCA", format!("={hcas}")));
+    let (nccl, ucx) = if let (true, Some(index)) = (same_index, first) {
+        plan.env.push(("NCCL_IB_GID_INDEX", index.to_string()));
+        plan.env.push(("UCX_NET_DEVICES", hcas));
+        plan.env.push(("UCX_IB_GID_INDEX", index.to_string()));
+        plan.unset = vec![
+            "NCCL_IB_ADDR_FAMILY",
+            "NCCL_IB_ADDR_RANGE",
+            "NCCL_IB_ROCE_VERSION_NUM",
+            "UCX_IB_ROCE_SUBNETS",
+        ];
+        let nccl = NcclEnv {
+            gid_index: Some(index),
+            ..NcclEnv::default()
+        };
+        let ucx = UcxEnv {
+            gid_index: Some(index),
+            roce_subnets: Vec::new(),
+        };
+        (nccl, ucx)
+    } else {
+        let (nccl, ucx) = steer(rails)?;
+        plan.env
+            .push(("NCCL_IB_ADDR_FAMILY", nccl.family.name().to_string()));
+        if let Some(range) = &nccl.range {
+            plan.env.push(("NCCL_IB_ADDR_RANGE", range.to_string()));
+        }
+        plan.env
+            .push(("NCCL_IB_ROCE_VERSION_NUM", nccl.roce_version.to_string()));
+        plan.env.push(("UCX_NET_DEVICES", hcas));
+        let subnets: Vec<String> = ucx.roce_subnets.iter().map(Prefix::to_string).collect();
+        plan.env.push(("UCX_IB_ROCE_SUBNETS", subnets.join(",")));
+        plan.unset = vec!["NCCL_IB_GID_INDEX", "UCX_IB_GID_INDEX"];
+        if nccl.range.is_none() {
+            plan.unset.push("NCCL_IB_ADDR_RANGE");
+        }
+        plan.notes.push(format!(
+            "GID indexes differ between rails ({}): needs NCCL >= 2.21.5 (automatic GID \
+             selection) and UCX >= 1.18 (UCX_IB_ROCE_SUBNETS)",
+            rails
+                .iter()
+                .map(|r| format!("{}={}", r.ifname, r.roce.gid_index))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+        let strict_ok = rails
+            .iter()
+            .all(|r| nccl_gid_index(&r.table, &nccl, NcclTypeRead::Strict) == Ok(r.roce.gid_index));
+        if !strict_ok {
+            plan.notes.push(
+                "NCCL 2.21-2.25 fail on this GID table (they abort on GID types unreadable from \
+                 the pod); use NCCL >= 2.26"
+                    .to_string(),
+            );
+        }
+        (nccl, ucx)
+    };
+    verify(rails, &nccl, &ucx)?;
+    Ok(plan)
+}
+
+/// Family/range for NCCL and subnets for UCX, when indexes differ between rails.
+fn steer(rails: &[Rail]) -> Result<(NcclEnv, UcxEnv), EnvError> {
+    let family = gid_family(&rails[0].roce.gid);
+    if let Some(other) = rails.iter().find(|r| gid_family(&r.roce.gid) != family) {
+        return Err(EnvError::Unexpressible(format!(
+            "rails {} and {} have GIDs of different families ({} and {}) at different \
+             indexes, and NCCL_IB_ADDR_FAMILY applies to every rail; give the rails one family",
+            rails[0].ifname, other.ifname, rails[0].roce.gid, other.roce.gid
+        )));
+    }
+    let addrs: Vec<IpAddr> = rails.iter().map(|r| gid_address(&r.roce.gid)).collect();
+    // NCCL takes one range for all rails: the longest prefix holding every rail's address is
+    // the most selective; shorter ones are tried in case a quirk of the scan needs them.
+    let longest = common_prefix_len(&addrs);
+    let mut nccl = None;
+    for len in (0..=longest).rev() {
+        let candidate = NcclEnv {
+            gid_index: None,
+            family,
+            range: (len > 0).then(|| Prefix::new(addrs[0], len)),
+            roce_version: 2,
+        };
+        let all = rails.iter().all(|r| {
+            nccl_gid_index(&r.table, &candidate, NcclTypeRead::Tolerant) == Ok(r.roce.gid_index)
+        });
+        if all {
+            nccl = Some(candidate);
+            break;
+        }
+    }
+    let Some(nccl) = nccl else {
+        let range = NcclEnv {
+            gid_index: None,
+            family,
+            range: Some(Prefix::new(addrs[0], longest)),
+            roce_version: 2,
+        };
+        let wrong: Vec<String> = rails
+            .iter()
+            .filter_map(
+                |r| match nccl_gid_index(&r.table, &range, NcclTypeRead::Tolerant) {
+                    Ok(i) if i == r.roce.gid_index => None,
+                    Ok(i) => Some(format!(
+                        "on {} ({}) NCCL would take index {i}, not {}",
+                        r.ifname,
+                        hca(r),
+                        r.roce.gid_index
+                    )),
+                    Err(e) => Some(format!("on {}: {e}", r.ifname)),
+                },
+            )
+            .collect();
+        return Err(EnvError::Unexpressible(format!(
+            "with NCCL_IB_ADDR_FAMILY={} NCCL_IB_ADDR_RANGE={} {}",
+            family.name(),
+            range.range.map_or_else(String::new, |r| r.to_string()),
+            wrong.join("; ")
+        )));
+    };
+    // UCX takes a list: each rail's own address, exactly.
+    let mut roce_subnets: Vec<Prefix> = Vec::new();
+    for addr in &addrs {
+        let p = Prefix::new(*addr, if addr.is_ipv4() { 32 } else { 128 });
+        if !roce_subnets.contains(&p) {
+            roce_subnets.push(p);
+        }
+    }
+    let ucx = UcxEnv {
+        gid_index: None,
+        roce_subnets,
+    };
+    Ok((nccl, ucx))
+}
+
+/// Length of the longest prefix shared by all addresses (all of one family).
+fn common_prefix_len(addrs: &[IpAddr]) -> u8 {
+    let bits = |a: &IpAddr| match a {
+        IpAddr::V4(v) => (u128::from(u32::from(*v)) << 96, 32u32),
+        IpAddr::V6(v) => (u128::from(*v), 128u32),
+    };
+    let (first, width) = bits(&addrs[0]);
+    let diff = addrs.iter().fold(0u128, |acc, a| acc | (bits(a).0 ^ first));
+    diff.leading_zeros().min(width) as u8
+}
+
+/// Every model must land on every rail's reported GID.
+fn verify(rails: &[Rail], nccl: &NcclEnv, ucx: &UcxEnv) -> Result<(), EnvError> {
+    for rail in rails {
+        let want = rail.roce.gid_index;
+        let n = nccl_gid_index(&rail.table, nccl, NcclTypeRead::Tolerant);
+        if n != Ok(want) {
+            return Err(EnvError::Unexpressible(format!(
+                "on {} ({}) NCCL would use {n:?} instead of GID index {want} (two attachments on \
+                 one RDMA port?)",
+                rail.ifname,
+                hca(rail)
+            )));
+        }
+        for version in [UcxVersion::V1_18, UcxVersion::V1_21] {
+            let u = ucx_gid_index(&rail.table, ucx, version);
+            if u != Ok(want) {
+                return Err(EnvError::Unexpressible(format!(
+                    "on {} ({}) UCX ({version:?}) would use {u:?} instead of GID index {want}",
+                    rail.ifname,
+                    hca(rail)
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Single-quotes a value for POSIX shells.
+fn shell_quote(value: &str) -> String {
+    format!("'{}'", value.replace('\'', r"'\''"))
+}
+
+pub fn render(format: Format, rails: &[Rail], plan: &Plan) -> String {
+    let mut out = String::new();
+    match format {
+        Format::Shell => {
+            for note in &plan.notes {
+                let _ = writeln!(out, "# {note}");
+            }
+            if !plan.unset.is_empty() {
+                let _ = writeln!(out, "unset {}", plan.unset.join(" "));
+            }
+            for (key, value) in &plan.env {
+                let _ = writeln!(out, "export {key}={}", shell_quote(value));
+            }
+        }
+        Format::NcclConf => {
+            let _ = writeln!(
+                out,
+                "# NCCL settings for this pod's roce-ipvlan rails (roce-ipvlan env). Environment \
+                 variables override this file."
+            );
+            for note in &plan.notes {
+                let _ = writeln!(out, "# {note}");
+            }
+            let unset: Vec<&str> = plan
+                .unset
+                .iter()
+                .copied()
+                .filter(|k| k.starts_with("NCCL_"))
+                .collect();
+            if !unset.is_empty() {
+                let _ = writeln!(
+                    out,
+                    "# must not be set in the environment: {}",
+                    unset.join(" ")
+                );
+            }
+            for (key, value) in plan.env.iter().filter(|(k, _)| k.starts_with("NCCL_")) {
+                let _ = writeln!(out, "{key}={value}");
+            }
+        }
+        Format::Json => {
+            let env: serde_json::Map<String, Value> = plan
+                .env
+                .iter()
+                .map(|(k, v)| (k.to_string(), Value::String(v.clone())))
+                .collect();
+            let doc = json!({
+                "rails": rails.iter().map(|r| json!({
+                    "interface": r.ifname,
+                    "rdmaDevice": r.roce.rdma_device,
+                    "port": r.roce.port,
+                    "gidIndex": r.roce.gid_index,
+                    "gid": r.roce.gid.to_string(),
+                })).collect::<Vec<_>>(),
+                "sameGidIndex": rails.iter().all(|r| r.roce.gid_index == rails[0].roce.gid_index),
+                "env": env,
+                "unset": plan.unset,
+                "notes": plan.notes,
+            });
+            let _ = writeln!(
+                out,
+                "{}",
+                serde_json::to_string_pretty(&doc).expect("a JSON value always serializes")
+            );
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::select::Family;
+    use super::*;
+    use std::net::Ipv6Addr;
+
+    fn s(gid: &str, version: u8) -> Slot {
+        Slot {
+            gid: gid.parse().unwrap(),
+            version: Some(version),
+        }
+    }
+
+    fn rail(ifname: &str, dev: &str, index: u32, gid: &str, table: Vec<Slot>) -> Rail {
+        Rail {
+            ifname: ifname.into(),
+            roce: Roce {
+                rdma_device: dev.into(),
+                port: 1,
+                gid_index: index,
+                gid: gid.parse().unwrap(),
+                gid_type: "RoCE v2".into(),
+            },
+            table,
+        }
+    }
+
+    fn get<'a>(plan: &'a Plan, key: &str) -> Option<&'a str> {
+        plan.env
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Parses the printed settings back into the models' inputs, as the libraries would.
+    fn envs_from(plan: &Plan) -> (NcclEnv, UcxEnv) {
+        let prefix = |s: &str| {
+            let (a, l) = s.split_once('/').unwrap();
+            Prefix::new(a.parse().unwrap(), l.parse().unwrap())
+        };
+        let nccl = NcclEnv {
+            gid_index: get(plan, "NCCL_IB_GID_INDEX").map(|v| v.parse().unwrap()),
+            family: match get(plan, "NCCL_IB_ADDR_FAMILY") {
+                Some("AF_INET6") => Family::Inet6,
+                _ => Family::Inet,
+            },
+            range: get(plan, "NCCL_IB_ADDR_RANGE").map(prefix),
+            roce_version: get(plan, "NCCL_IB_ROCE_VERSION_NUM").map_or(2, |v| v.parse().unwrap()),
+        };
+        let ucx = UcxEnv {
+            gid_index: get(plan, "UCX_IB_GID_INDEX").map(|v| v.parse().unwrap()),
+            roce_subnets: get(plan, "UCX_IB_ROCE_SUBNETS")
+                .map(|v| v.split(',').map(prefix).collect())
+                .unwrap_or_default(),
+        };
+        (nccl, ucx)
+    }
+
+    /// The printed settings make every model pick each rail's reported GID.
+    fn assert_models_pick_reported(rails: &[Rail]) -> Plan {
+        let plan = plan(rails).expect("settings exist");
+        let (nccl, ucx) = envs_from(&plan);
+        for r in rails {
+            let want = Ok(r.roce.gid_index);
+            assert_eq!(
+                nccl_gid_index(&r.table, &nccl, NcclTypeRead::Tolerant),
+                want,
+                "NCCL on {}",
+                r.ifname
+            );
+            for v in [UcxVersion::V1_18, UcxVersion::V1_21] {
+                assert_eq!(
+                    ucx_gid_index(&r.table, &ucx, v),
+                    want,
+                    "UCX {v:?} on {}",
+                    r.ifname
+                );
+            }
+        }
+        assert!(get(&plan, "NCCL_IB_HCA").unwrap().starts_with('='));
+        plan
+    }
+
+    /// rxe on an upstream kernel: the host's link-local GID, then the pod's.
+    fn upstream_v4(pod_ip: &str, extra_before: &[&str]) -> (Vec<Slot>, u32) {
+        let mut t = vec![s("fe80::5054:ff:fe00:1", 2)];
+        for e in extra_before {
+            t.push(s(&format!("::ffff:{e}"), 2));
+        }
+        t.push(s(&format!("::ffff:{pod_ip}"), 2));
+        let index = t.len() as u32 - 1;
+        t.extend([Slot::EMPTY; 3]);
+        (t, index)
+    }
+
+    #[test]
+    fn ipv4_rails_same_index() {
+        let rails: Vec<Rail> = (0..4)
+            .map(|i| {
+                let ip = format!("10.9.{i}.7");
+                let (t, idx) = upstream_v4(&ip, &[]);
+                rail(
+                    &format!("net{}", i + 1),
+                    &format!("rxe{i}"),
+                    idx,
+                    &format!("::ffff:{ip}"),
+                    t,
+                )
+            })
+            .collect();
+        let plan = assert_models_pick_reported(&rails);
+        assert_eq!(
+            get(&plan, "NCCL_IB_HCA"),
+            Some("=rxe0:1,rxe1:1,rxe2:1,rxe3:1")
+        );
+        assert_eq!(
+            get(&plan, "UCX_NET_DEVICES"),
+            Some("rxe0:1,rxe1:1,rxe2:1,rxe3:1")
+        );
+        assert_eq!(get(&plan, "NCCL_IB_GID_INDEX"), Some("1"));
+        assert_eq!(get(&plan, "UCX_IB_GID_INDEX"), Some("1"));
+        assert!(plan.unset.contains(&"UCX_IB_ROCE_SUBNETS"));
+        assert!(plan.notes.is_empty());
+    }
+
+    #[test]
+    fn ipv4_rails_mixed_indexes_with_host_gids_first() {
+        // On net2's rail the host's own addresses took the first slots.
+        let (t1, i1) = upstream_v4("10.9.0.7", &[]);
+        let (t2, i2) = upstream_v4("10.9.1.7", &["192.168.1.10", "192.168.1.11"]);
+        let rails = vec![
+            rail("net1", "mlx5_6", i1, "::ffff:10.9.0.7", t1),
+            rail("net2", "mlx5_7", i2, "::ffff:10.9.1.7", t2),
+        ];
+        let plan = assert_models_pick_reported(&rails);
+        assert_eq!(get(&plan, "NCCL_IB_GID_INDEX"), None);
+        assert_eq!(get(&plan, "NCCL_IB_ADDR_FAMILY"), Some("AF_INET"));
+        assert_eq!(get(&plan, "NCCL_IB_ADDR_RANGE"), Some("10.9.0.0/23"));
+        assert_eq!(
+            get(&plan, "UCX_IB_ROCE_SUBNETS"),
+            Some("10.9.0.7/32,10.9.1.7/32")
+        );
+        assert!(plan.unset.contains(&"NCCL_IB_GID_INDEX"));
+        assert!(plan.unset.contains(&"UCX_IB_GID_INDEX"));
+    }
+
+    #[test]
+    fn ipv4_mixed_indexes_that_no_range_can_separate() {
+        // 10.9.1.3 (another pod) sits below ours and inside every range holding both rails.
+        let (t1, i1) = upstream_v4("10.9.0.7", &[]);
+        let (t2, i2) = upstream_v4("10.9.1.7", &["10.9.0.8"]);
+        let rails = vec![
+            rail("net1", "mlx5_6", i1, "::ffff:10.9.0.7", t1),
+            rail("net2", "mlx5_7", i2, "::ffff:10.9.1.7", t2),
+        ];
+        let err = plan(&rails).unwrap_err();
+        assert!(matches!(err, EnvError::Unexpressible(_)), "{err}");
+        assert!(
+            err.to_string()
+                .contains("on net2 (mlx5_7:1) NCCL would take index 1, not 2"),
+            "{err}"
+        );
+    }
+
+    /// IPv6 SLAAC rail: the placeholder fd01:0:0:100::/112 GID sits below the SLAAC global.
+    fn slaac_table(placeholder: bool, global: &str, hidden_host: bool) -> (Vec<Slot>, u32) {
+        let host_ll = if hidden_host {
+            Slot::EMPTY
+        } else {
+            s("fe80::5054:ff:fe00:1", 2)
+        };
+        let mut t = vec![host_ll];
+        if placeholder {
+            t.push(s("fd01:0:0:100::2", 2));
+        }
+        t.push(s("fe80::5054:ff:fe00:1", 2)); // the child's link-local (same MAC)
+        t.push(s(global, 2));
+        let index = t.len() as u32 - 1;
+        t.push(Slot::EMPTY);
+        (t, index)
+    }
+
+    #[test]
+    fn ipv6_with_placeholder_on_some_rails() {
+        let (t1, i1) = slaac_table(true, "2001:db8:0:1:5054:ff:fe00:1", false);
+        let (t2, i2) = slaac_table(false, "2001:db8:0:2:5054:ff:fe00:2", false);
+        assert_ne!(i1, i2);
+        let rails = vec![
+            rail("net1", "mlx5_6", i1, "2001:db8:0:1:5054:ff:fe00:1", t1),
+            rail("net2", "mlx5_7", i2, "2001:db8:0:2:5054:ff:fe00:2", t2),
+        ];
+        let plan = assert_models_pick_reported(&rails);
+        assert_eq!(get(&plan, "NCCL_IB_ADDR_FAMILY"), Some("AF_INET6"));
+        assert_eq!(get(&plan, "NCCL_IB_ADDR_RANGE"), Some("2001:db8::/62"));
+        assert_eq!(
+            get(&plan, "UCX_IB_ROCE_SUBNETS"),
+            Some("2001:db8:0:1:5054:ff:fe00:1/128,2001:db8:0:2:5054:ff:fe00:2/128")
+        );
+    }
+
+    #[test]
+    fn ipv6_with_placeholder_on_every_rail_same_index() {
+        let (t1, i1) = slaac_table(true, "2001:db8:0:1::1", false);
+        let (t2, i2) = slaac_table(true, "2001:db8:0:2::2", false);
+        assert_eq!(i1, i2);
+        let rails = vec![
+            rail("net1", "mlx5_6", i1, "2001:db8:0:1::1", t1),
+            rail("net2", "mlx5_7", i2, "2001:db8:0:2::2", t2),
+        ];
+        let plan = assert_models_pick_reported(&rails);
+        assert_eq!(get(&plan, "NCCL_IB_GID_INDEX"), Some("3"));
+    }
+
+    #[test]
+    fn ipv6_without_placeholder() {
+        let (t1, i1) = slaac_table(false, "2001:db8:0:1::1", false);
+        let rails = vec![rail("net1", "mlx5_6", i1, "2001:db8:0:1::1", t1)];
+        let plan = assert_models_pick_reported(&rails);
+        assert_eq!(get(&plan, "NCCL_IB_GID_INDEX"), Some("2"));
+        assert_eq!(get(&plan, "UCX_IB_GID_INDEX"), Some("2"));
+    }
+
+    #[test]
+    fn ofed_view_hidden_host_gids_needs_nccl_226() {
+        // DOCA-OFED: the host's GIDs read as zeros from the pod (no type either).
+        let (t1, i1) = slaac_table(true, "2001:db8:0:1::1", true);
+        let (t2, i2) = slaac_table(false, "2001:db8:0:2::2", true);
+        let rails = vec![
+            rail("net1", "mlx5_6", i1, "2001:db8:0:1::1", t1),
+            rail("net2", "mlx5_7", i2, "2001:db8:0:2::2", t2),
+        ];
+        let plan = assert_models_pick_reported(&rails);
+        assert!(
+            plan.notes.iter().any(|n| n.contains("NCCL >= 2.26")),
+            "{:?}",
+            plan.notes
+        );
+    }
+
+    #[test]
+    fn ofed_view_ipv4_mixed() {
+        let hidden = |pod: &str, zeros: usize| {
+            let mut t = vec![Slot::EMPTY; zeros];
+            t.push(s(pod, 2));
+            t.push(Slot::EMPTY);
+            t
+        };
+        let rails = vec![
+            rail(
+                "net1",
+                "mlx5_6",
+                1,
+                "::ffff:10.9.0.7",
+                hidden("::ffff:10.9.0.7", 1),
+            ),
+            rail(
+                "net2",
+                "mlx5_7",
+                4,
+                "::ffff:10.9.1.7",
+                hidden("::ffff:10.9.1.7", 4),
+            ),
+        ];
+        let plan = assert_models_pick_reported(&rails);
+        assert!(
+            plan.notes.iter().all(|n| !n.contains("2.26")),
+            "{:?}",
+            plan.notes
+        );
+    }
+
+    #[test]
+    fn mixed_families_with_differing_indexes_refused() {
+        let (t1, i1) = upstream_v4("10.9.0.7", &[]);
+        let (t2, i2) = slaac_table(true, "2001:db8:0:2::2", false);
+        let rails = vec![
+            rail("net1", "mlx5_6", i1, "::ffff:10.9.0.7", t1),
+            rail("net2", "mlx5_7", i2, "2001:db8:0:2::2", t2),
+        ];
+        assert!(matches!(plan(&rails), Err(EnvError::Unexpressible(_))));
+    }
+
+    fn table(slots: Vec<(u32, GidSlot)>) -> GidTable {
+        GidTable {
+            port: RdmaPort {
+                device: "rxe0".into(),
+                port: 1,
+            },
+            slots,
+        }
+    }
+
+    fn entry(gid: &str, t: GidType) -> GidSlot {
+        GidSlot::Entry {
+            gid: gid.parse().unwrap(),
+            gid_type: Some(t),
+            ndev: Some("net1".into()),
+        }
+    }
+
+    #[test]
+    fn stale_gid_is_an_error_naming_the_rail() {
+        let roce = rail("net1", "rxe0", 1, "::ffff:10.9.0.7", vec![]).roce;
+        let gone = table(vec![
+            (0, entry("fe80::1", GidType::RoceV2)),
+            (1, GidSlot::Zero),
+        ]);
+        let err = check_rail("net1".into(), roce.clone(), &gone).unwrap_err();
+        assert!(
+            err.to_string().starts_with("rail net1 (rxe0 port 1)"),
+            "{err}"
+        );
+        assert!(err.to_string().contains("empty"), "{err}");
+        let moved = table(vec![(1, entry("::ffff:10.9.0.8", GidType::RoceV2))]);
+        assert!(check_rail("net1".into(), roce.clone(), &moved)
+            .unwrap_err()
+            .to_string()
+            .contains("holds ::ffff:10.9.0.8"));
+        let v1 = table(vec![(1, entry("::ffff:10.9.0.7", GidType::RoceV1))]);
+        assert!(check_rail("net1".into(), roce.clone(), &v1).is_err());
+        let short = table(vec![(0, GidSlot::Zero)]);
+        assert!(check_rail("net1".into(), roce.clone(), &short).is_err());
+        let ok = table(vec![
+            (0, GidSlot::Zero),
+            (1, entry("::ffff:10.9.0.7", GidType::RoceV2)),
+        ]);
+        let r = check_rail("net1".into(), roce, &ok).unwrap();
+        assert_eq!(r.table, vec![Slot::EMPTY, s("::ffff:10.9.0.7", 2)]);
+    }
+
+    #[test]
+    fn renders_every_format() {
+        let (t, i) = upstream_v4("10.9.0.7", &[]);
+        let rails = vec![rail("net1", "mlx5_6", i, "::ffff:10.9.0.7", t)];
+        let plan = plan(&rails).unwrap();
+        let shell = render(Format::Shell, &rails, &plan);
+        assert_eq!(
+            shell,
+            "unset NCCL_IB_ADDR_FAMILY NCCL_IB_ADDR_RANGE NCCL_IB_ROCE_VERSION_NUM UCX_IB_ROCE_SUBNETS\n\
+             export NCCL_IB_HCA='=mlx5_6:1'\n\
+             export NCCL_IB_GID_INDEX='1'\n\
+             export UCX_NET_DEVICES='mlx5_6:1'\n\
+             export UCX_IB_GID_INDEX='1'\n"
+        );
+        let conf = render(Format::NcclConf, &rails, &plan);
+        assert!(
+            conf.contains("\nNCCL_IB_HCA==mlx5_6:1\nNCCL_IB_GID_INDEX=1\n"),
+            "{conf}"
+        );
+        assert!(!conf.contains("UCX_"), "{conf}");
+        let doc: Value = serde_json::from_str(&render(Format::Json, &rails, &plan)).unwrap();
+        assert_eq!(doc["rails"][0]["interface"], "net1");
+        assert_eq!(doc["rails"][0]["gidIndex"], 1);
+        assert_eq!(doc["rails"][0]["gid"], "::ffff:10.9.0.7");
+        assert_eq!(doc["env"]["NCCL_IB_GID_INDEX"], "1");
+        assert_eq!(doc["sameGidIndex"], true);
+    }
+
+    #[test]
+    fn shell_quoting() {
+        assert_eq!(shell_quote("a'b"), r"'a'\''b'");
+    }
+
+    #[test]
+    fn common_prefix() {
+        let a = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert_eq!(common_prefix_len(&[a("10.9.0.7")]), 32);
+        assert_eq!(common_prefix_len(&[a("10.9.0.7"), a("10.9.1.7")]), 23);
+        assert_eq!(
+            common_prefix_len(&[a("2001:db8::1"), a("2001:db8::1")]),
+            128
+        );
+    }
+
+    #[test]
+    fn discovers_rails_from_a_recorded_sysfs() {
+        let dir = tempfile::tempdir().unwrap();
+        let sys = dir.path();
+        let net = |name: &str, index: u32, alias: &str| {
+            let d = sys.join("class/net").join(name);
+            fs::create_dir_all(&d).unwrap();
+            fs::write(d.join("ifindex"), format!("{index}\n")).unwrap();
+            fs::write(d.join("ifalias"), format!("{alias}\n")).unwrap();
+        };
+        net("lo", 1, "");
+        net("eth0", 2, "something else");
+        net(
+            "net2",
+            4,
+            "rdma_dev=rxe1 port=1 gid_index=1 gid=::ffff:10.9.1.7",
+        );
+        net(
+            "net1",
+            3,
+            "rdma_dev=rxe0 port=1 gid_index=1 gid=::ffff:10.9.0.7",
+        );
+        let port = |dev: &str, gids: &[(&str, Option<&str>)]| {
+            let p = sys.join("class/infiniband").join(dev).join("ports/1");
+            fs::create_dir_all(p.join("gids")).unwrap();
+            fs::create_dir_all(p.join("gid_attrs/types")).unwrap();
+            fs::create_dir_all(p.join("gid_attrs/ndevs")).unwrap();
+            for (i, (gid, t)) in gids.iter().enumerate() {
+                let long = gid.parse::<Ipv6Addr>().unwrap().segments();
+                let text: Vec<String> = long.iter().map(|x| format!("{x:04x}")).collect();
+                fs::write(p.join(format!("gids/{i}")), text.join(":") + "\n").unwrap();
+                if let Some(t) = t {
+                    fs::write(p.join(format!("gid_attrs/types/{i}")), format!("{t}\n")).unwrap();
+                    fs::write(p.join(format!("gid_attrs/ndevs/{i}")), "net1\n").unwrap();
+                }
+            }
+        };
+        port(
+            "rxe0",
+            &[
+                ("fe80::1", Some("RoCE v2")),
+                ("::ffff:10.9.0.7", Some("RoCE v2")),
+            ],
+        );
+        port(
+            "rxe1",
+            &[
+                ("fe80::2", Some("RoCE v2")),
+                ("::ffff:10.9.1.7", Some("RoCE v2")),
+            ],
+        );
+        let rails = discover(sys).unwrap();
+        let names: Vec<&str> = rails.iter().map(|r| r.ifname.as_str()).collect();
+        assert_eq!(names, ["net1", "net2"]);
+        let out = run(&[
+            "--format".into(),
+            "nccl-conf".into(),
+            "--sys".into(),
+            sys.display().to_string(),
+        ])
+        .unwrap();
+        assert!(out.contains("NCCL_IB_HCA==rxe0:1,rxe1:1\n"), "{out}");
+
+        // The GID disappears: an error naming the rail, not settings.
+        fs::write(
+            sys.join("class/infiniband/rxe1/ports/1/gids/1"),
+            "0000:0000:0000:0000:0000:0000:0000:0000\n",
+        )
+        .unwrap();
+        let err = discover(sys).unwrap_err();
+        assert!(err.to_string().contains("rail net2"), "{err}");
+
+        let empty = tempfile::tempdir().unwrap();
+        fs::create_dir_all(empty.path().join("class/net/lo")).unwrap();
+        assert!(matches!(
+            discover(empty.path()),
+            Err(EnvError::NoRails { scanned: 1, .. })
+        ));
+    }
+
+    #[test]
+    fn usage_errors_exit_2() {
+        let err = run(&["--format".into(), "yaml".into()]).unwrap_err();
+        assert_eq!(err.exit_code(), 2);
+        assert_eq!(run(&["--bogus".into()]).unwrap_err().exit_code(), 2);
+    }
+}
