@@ -5,7 +5,10 @@
 #   make lint      rustfmt check, clippy with warnings as errors, shell syntax check
 #   make vm-test   build, then boot the test VM and run tests/vm/suite
 #   make vm-suite  the VM suite only, with whatever binary ROCE_IPVLAN_BIN points at
-#   make test      lint + unit + vm-test (what CI runs)
+#   make validate-manifests  YAML under deploy/ and examples/: parses, Kubernetes schemas, and
+#                  every NAD's config through `roce-ipvlan validate` (tests/validate-manifests.sh)
+#   make test      lint + unit + validate-manifests + vm-test (what CI runs)
+#   make image     container image of deploy/Containerfile (needs podman, or docker with an engine)
 #   make vm-shell  interactive shell in the VM, rails and rxe devices set up
 #   make demo      attach a pod to 4 Soft-RoCE rails, show result and GIDs, detach
 #   make deps      apt-get install what is missing from tests/vm/packages.txt (needs root)
@@ -18,9 +21,12 @@ ROCE_IPVLAN_BIN ?= $(CURDIR)/target/debug/roce-ipvlan
 export ROCE_IPVLAN_BIN
 
 PACKAGES := $(shell grep -v '^\#' tests/vm/packages.txt)
-SHELL_SCRIPTS := $(wildcard tests/vm/*.sh tests/vm/suite/*.sh tests/cnidriver/*.sh) tests/vm/init .ci/run
+SHELL_SCRIPTS := $(wildcard tests/*.sh tests/vm/*.sh tests/vm/suite/*.sh tests/cnidriver/*.sh) tests/vm/init .ci/run
+IMAGE ?= ghcr.io/roce-ipvlan/roce-ipvlan:$(shell sed -n 's/^version = "\(.*\)"/\1/p' plugin/Cargo.toml)
+# podman if present, else docker (the docker client alone is not enough: it needs an engine).
+IMAGE_BUILDER ?= $(shell command -v podman >/dev/null 2>&1 && echo podman || echo docker)
 
-.PHONY: build unit lint vm-test vm-suite test vm-shell demo deps
+.PHONY: build unit lint vm-test vm-suite test vm-shell demo deps validate-manifests image
 
 build:
 	$(CARGO) build --locked -p roce-ipvlan
@@ -43,7 +49,14 @@ vm-suite:
 test:
 	$(MAKE) lint
 	$(MAKE) unit
+	$(MAKE) validate-manifests
 	$(MAKE) vm-test
+
+validate-manifests: build
+	tests/validate-manifests.sh
+
+image:
+	$(IMAGE_BUILDER) build -f deploy/Containerfile -t $(IMAGE) .
 
 vm-shell:
 	tests/vm/run.sh --interactive bash -l

@@ -11,6 +11,7 @@ pub mod cni;
 pub mod config;
 pub mod del;
 pub mod device_info;
+pub mod diagnose;
 pub mod error;
 pub mod install;
 pub mod ipam;

@@ -42,6 +42,7 @@ fn main() {
         // Subcommands (one arm each): env, diagnose, validate.
         Some("validate") => roce_ipvlan::validate::main(rest),
         Some("install") => roce_ipvlan::install::main(rest),
+        Some("diagnose") => roce_ipvlan::diagnose::main(rest),
         Some("env") => roce_ipvlan::workload_env::main(rest),
         Some(other) => {
             let _ = rest;
