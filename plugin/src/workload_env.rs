@@ -29,12 +29,13 @@ use select::{
 };
 
 const USAGE: &str = "\
-usage: roce-ipvlan env [--format shell|json|nccl-conf] [--sys DIR]
+usage: roce-ipvlan env [--format shell|json|nccl-conf] [--output FILE] [--sys DIR]
 
 Prints NCCL/UCX settings for this network namespace's roce-ipvlan rails:
   shell      (default) unset/export lines, for: eval \"$(roce-ipvlan env)\"
   json       rails, settings and notes
   nccl-conf  KEY=VALUE lines for /etc/nccl.conf (NCCL settings only)
+--output FILE writes FILE (atomically) instead of stdout: for init containers without a shell.
 --sys DIR reads DIR instead of /sys (recorded trees, debugging).
 Exit status: 0 printed, 1 no rails / stale GID / no correct settings, 2 usage.
 ";
@@ -127,6 +128,7 @@ pub fn main(args: &[String]) -> i32 {
 fn run(args: &[String]) -> Result<String, EnvError> {
     let mut format = Format::Shell;
     let mut sys = PathBuf::from("/sys");
+    let mut output: Option<PathBuf> = None;
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         let (flag, inline) = match arg.split_once('=') {
@@ -153,13 +155,34 @@ fn run(args: &[String]) -> Result<String, EnvError> {
                 }
             }
             "--sys" => sys = PathBuf::from(value()?),
+            "--output" | "-o" => output = Some(PathBuf::from(value()?)),
             "--help" | "-h" => return Ok(USAGE.to_string()),
             other => return Err(EnvError::Usage(format!("unknown argument {other:?}"))),
         }
     }
     let rails = discover(&sys)?;
     let plan = plan(&rails)?;
-    Ok(render(format, &rails, &plan))
+    let text = render(format, &rails, &plan);
+    match output {
+        None => Ok(text),
+        Some(path) => write_atomically(&path, &text).map(|()| String::new()),
+    }
+}
+
+/// Writes beside `path` and renames, so a reader never sees half a file.
+fn write_atomically(path: &Path, text: &str) -> Result<(), EnvError> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    fs::write(&tmp, text)
+        .and_then(|()| fs::rename(&tmp, path))
+        .map_err(|source| {
+            let _ = fs::remove_file(&tmp);
+            EnvError::Io {
+                what: format!("{} (--output)", path.display()),
+                source,
+            }
+        })
 }
 
 /// Finds this netns's roce-ipvlan rails under `<sys>/class/net`, in ifindex order, each
@@ -978,6 +1001,17 @@ mod tests {
         ])
         .unwrap();
         assert!(out.contains("NCCL_IB_HCA==rxe0:1,rxe1:1\n"), "{out}");
+        let file = sys.join("nccl.conf");
+        let args = [
+            "-o",
+            file.to_str().unwrap(),
+            "--format=nccl-conf",
+            "--sys",
+            sys.to_str().unwrap(),
+        ];
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        assert_eq!(run(&args).unwrap(), "");
+        assert_eq!(fs::read_to_string(&file).unwrap(), out);
 
         // The GID disappears: an error naming the rail, not settings.
         fs::write(
