@@ -353,7 +353,18 @@ impl Node for System {
         if !dev.exists() {
             return Ok(None);
         }
-        Ok(Some(Self::names(dev.join("net"))?.unwrap_or_default()))
+        if let Some(netdevs) = Self::names(dev.join("net"))? {
+            return Ok(Some(netdevs));
+        }
+        // virtio-net (VMs, some clouds) puts the netdev one level down, under the virtio
+        // device: <pci>/virtioN/net/<netdev>.
+        let mut netdevs = Vec::new();
+        for sub in Self::names(dev.clone())?.unwrap_or_default() {
+            if sub.starts_with("virtio") {
+                netdevs.extend(Self::names(dev.join(sub).join("net"))?.unwrap_or_default());
+            }
+        }
+        Ok(Some(netdevs))
     }
 
     fn rdma_netdevs(&self, device: &str) -> io::Result<Option<Vec<String>>> {
@@ -627,6 +638,10 @@ mod tests {
         let dev = dir.path().join("bus/pci/devices/0000:00:04.0");
         std::fs::create_dir_all(dev.join("net/rdma1")).unwrap();
         std::fs::create_dir_all(dir.path().join("bus/pci/devices/0000:00:05.0")).unwrap();
+        let virtio = dir
+            .path()
+            .join("bus/pci/devices/0000:00:06.0/virtio3/net/rdma2");
+        std::fs::create_dir_all(virtio).unwrap();
         let sys = System {
             sys: dir.path().to_path_buf(),
         };
@@ -635,7 +650,11 @@ mod tests {
             Some(vec!["rdma1".to_string()])
         );
         assert_eq!(sys.pci_netdevs("0000:00:05.0").unwrap(), Some(vec![]));
-        assert_eq!(sys.pci_netdevs("0000:00:06.0").unwrap(), None);
+        assert_eq!(
+            sys.pci_netdevs("0000:00:06.0").unwrap(),
+            Some(vec!["rdma2".to_string()])
+        );
+        assert_eq!(sys.pci_netdevs("0000:00:07.0").unwrap(), None);
         assert_eq!(sys.rdma_netdevs("mlx5_0").unwrap(), None);
     }
 }
