@@ -218,6 +218,9 @@ async fn build(r: &Ready<'_>, undo: &mut UndoStack<Step>) -> Result<Value> {
 
     let roce = wait_for_gid(r, &result).await?;
     pod.set_alias(child.index, &roce.ifalias()).await?;
+    if let (Some(path), Some(pci)) = (&conf.device_info_file, &conf.rail.device_id) {
+        crate::device_info::write(path, pci, &roce.rdma_device)?;
+    }
 
     result.interfaces = vec![Interface {
         name: env.ifname.clone(),

@@ -71,6 +71,8 @@ pub struct NetConf {
     pub prev_result: Option<Value>,
     /// The configuration exactly as received: IPAM plugins get it on their stdin.
     pub raw: Value,
+    /// Where Multus wants the device-info document (`runtimeConfig.CNIDeviceInfoFile`).
+    pub device_info_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone)]
@@ -239,6 +241,9 @@ impl NetConf {
             },
             prev_result: conf.prev_result,
             raw,
+            device_info_file: crate::device_info::file_from_runtime_config(
+                conf.runtime_config.as_ref(),
+            )?,
         })
     }
 }

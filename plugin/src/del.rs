@@ -12,6 +12,9 @@ use crate::routing;
 use netlink_packet_route::link::InfoKind;
 
 pub async fn del(env: &Env, conf: &NetConf) -> Result<()> {
+    if let Some(path) = &conf.device_info_file {
+        crate::device_info::remove(path);
+    }
     if let Some(path) = &env.netns {
         match Netns::open_if_exists(path) {
             Ok(Some(netns)) => {

@@ -1,0 +1,227 @@
+# `roce-ipvlan env` inside a pod (docs/workload-env.md), and Multus device-info at ADD/DEL.
+# Every value env prints is checked against sysfs read inside the pod.
+
+env_bin() { echo "$CNI_BIN_DIR/roce-ipvlan"; }
+
+# pod_rails POD NAME PFX RAIL...: one attachment per rail (net1, net2, …); the n-th rail
+# (0-based) gets subnet <PFX><n>.0/24, e.g. PFX 10.9.4 -> 10.9.40.0/24, 10.9.41.0/24.
+pod_rails() {
+	local pod=$1 name=$2 pfx=$3 i=0 rail
+	shift 3
+	new_pod "$pod"
+	for rail in "$@"; do
+		roce_conf "/tmp/$name-$i.conf" "$name-$i" "$rail" 1.0.0 "$pfx$i.0/24"
+		assert_ok cnidriver add "/tmp/$name-$i.conf" "/run/netns/$pod" --ifname "net$((i + 1))" --container-id "$pod"
+		i=$((i + 1))
+	done
+}
+
+# alias_field POD IFNAME KEY: a field of the child's ifalias
+alias_field() {
+	local kv
+	for kv in $(in_pod "$1" cat "/sys/class/net/$2/ifalias"); do
+		[[ $kv == "$3="* ]] && echo "${kv#*=}" && return 0
+	done
+	return 1
+}
+
+rail_of() { # rail_of POD IFNAME: the host netdev under the pod's IPvlan child
+	local f want
+	want=$(in_pod "$1" cat "/sys/class/net/$2/iflink")
+	for f in /sys/class/net/*/ifindex; do
+		[[ $(cat "$f") == "$want" ]] && basename "$(dirname "$f")" && return 0
+	done
+	return 1
+}
+
+# check_env_json POD JSON N: the rails in JSON are the pod's net1..netN, each as sysfs says
+# inside the pod; HCA lists and GID settings follow. Prints "same" or "differ".
+check_env_json() {
+	local pod=$1 json=$2 n=$3 i ifn dev port idx gid base hcas=() first same=1
+	assert_eq "$(jq '.rails | length' <<<"$json")" "$n" "number of rails"
+	for ((i = 0; i < n; i++)); do
+		ifn=net$((i + 1))
+		assert_eq "$(jq -r ".rails[$i].interface" <<<"$json")" "$ifn" "rail $i interface"
+		dev=$(jq -r ".rails[$i].rdmaDevice" <<<"$json")
+		port=$(jq -r ".rails[$i].port" <<<"$json")
+		idx=$(jq -r ".rails[$i].gidIndex" <<<"$json")
+		gid=$(jq -r ".rails[$i].gid" <<<"$json")
+		assert_eq "$dev" "$(alias_field "$pod" "$ifn" rdma_dev)" "$ifn rdmaDevice"
+		assert_eq "$dev" "$(rail_rdma_dev "$(rail_of "$pod" "$ifn")")" "$ifn rdmaDevice is its rail's"
+		base=/sys/class/infiniband/$dev/ports/$port
+		assert_eq "$(in_pod "$pod" cat "$base/gids/$idx")" "$(gid_long "$gid")" "$ifn GID at $dev/$port/$idx (pod view)"
+		assert_eq "$(in_pod "$pod" cat "$base/gid_attrs/types/$idx")" "RoCE v2" "$ifn GID type"
+		assert_eq "$(in_pod "$pod" cat "$base/gid_attrs/ndevs/$idx")" "$ifn" "$ifn GID ndev"
+		hcas+=("$dev:$port")
+		first=${first:-$idx}
+		[[ $idx == "$first" ]] || same=0
+	done
+	local list
+	list=$(
+		IFS=,
+		echo "${hcas[*]}"
+	)
+	assert_eq "$(jq -r .env.NCCL_IB_HCA <<<"$json")" "=$list" NCCL_IB_HCA
+	assert_eq "$(jq -r .env.UCX_NET_DEVICES <<<"$json")" "$list" UCX_NET_DEVICES
+	if ((same)); then
+		assert_eq "$(jq -r .sameGidIndex <<<"$json")" true sameGidIndex
+		assert_eq "$(jq -r .env.NCCL_IB_GID_INDEX <<<"$json")" "$first" NCCL_IB_GID_INDEX
+		assert_eq "$(jq -r .env.UCX_IB_GID_INDEX <<<"$json")" "$first" UCX_IB_GID_INDEX
+		assert_eq "$(jq -r '.env.UCX_IB_ROCE_SUBNETS // "unset"' <<<"$json")" unset "no UCX_IB_ROCE_SUBNETS"
+		echo same
+	else
+		assert_eq "$(jq -r .sameGidIndex <<<"$json")" false sameGidIndex
+		assert_eq "$(jq -r '.env.NCCL_IB_GID_INDEX // "unset"' <<<"$json")" unset "no NCCL_IB_GID_INDEX"
+		assert_eq "$(jq -r '.env.UCX_IB_GID_INDEX // "unset"' <<<"$json")" unset "no UCX_IB_GID_INDEX"
+		assert_eq "$(jq -r '.unset | index("NCCL_IB_GID_INDEX") != null' <<<"$json")" true "unsets NCCL_IB_GID_INDEX"
+		echo differ
+	fi
+}
+
+# nccl_auto_pick POD DEV PORT FAMILY RANGE: NCCL's automatic choice (2.21.5+, docs/workload-env.md)
+# re-implemented over the pod's sysfs: the first valid RoCE v2 GID of FAMILY inside RANGE.
+nccl_auto_pick() {
+	local base=/sys/class/infiniband/$2/ports/$3
+	in_pod "$1" python3 - "$base" "$4" "$5" <<-'EOF'
+		import ipaddress, os, sys
+		base, fam, rng = sys.argv[1], sys.argv[2], sys.argv[3]
+		net = ipaddress.ip_network(rng) if rng else None
+		for i in sorted(int(x) for x in os.listdir(base + "/gids")):
+		    g = ipaddress.IPv6Address(open(f"{base}/gids/{i}").read().strip())
+		    try:
+		        t = open(f"{base}/gid_attrs/types/{i}").read().strip()
+		    except OSError:
+		        continue
+		    v4 = g.ipv4_mapped
+		    if t != "RoCE v2" or g.is_unspecified or g.is_link_local:
+		        continue
+		    if (fam == "AF_INET") != (v4 is not None):
+		        continue
+		    addr = v4 if v4 is not None else g
+		    if net is None or addr in net:
+		        print(i)
+		        break
+	EOF
+}
+
+test_env_no_rails_fails() {
+	require_plugin
+	new_pod envnone
+	run_cmd in_pod envnone "$(env_bin)" env
+	assert_eq "$RC" 1 "exit status without rails"
+	assert_match "$ERR" "no roce-ipvlan rails" "message without rails"
+	run_cmd in_pod envnone "$(env_bin)" env --format yaml
+	assert_eq "$RC" 2 "exit status of a usage error"
+}
+
+test_env_four_ipv4_rails() {
+	require_plugin
+	local json shell conf mode
+	pod_rails envpod4 env4 10.9.4 rdma0 rdma1 rdma2 rdma3
+	assert_ok in_pod envpod4 "$(env_bin)" env --format json
+	json=$OUT
+	mode=$(check_env_json envpod4 "$json" 4)
+	note "4 rails, GID indexes: $(jq -c '[.rails[].gidIndex]' <<<"$json") ($mode)"
+
+	# shell (the default) and nccl-conf print the same settings.
+	assert_ok in_pod envpod4 "$(env_bin)" env
+	shell=$OUT
+	local k v
+	while IFS= read -r k; do
+		v=$(jq -r --arg k "$k" '.env[$k]' <<<"$json")
+		assert_eq "$(NCCL_IB_GID_INDEX=junk UCX_IB_ROCE_SUBNETS=junk bash -c "eval \"\$1\"; printenv $k" _ "$shell")" "$v" "shell $k"
+	done < <(jq -r '.env | keys[]' <<<"$json")
+	for k in $(jq -r '.unset[]' <<<"$json"); do
+		assert_eq "$(NCCL_IB_GID_INDEX=junk UCX_IB_ROCE_SUBNETS=junk bash -c "eval \"\$1\"; printenv $k || echo unset" _ "$shell")" unset "shell unsets $k"
+	done
+	assert_ok in_pod envpod4 "$(env_bin)" env --format nccl-conf
+	conf=$OUT
+	grep -qxF "NCCL_IB_HCA=$(jq -r .env.NCCL_IB_HCA <<<"$json")" <<<"$conf" ||
+		fail "nccl-conf has no NCCL_IB_HCA line: $conf"
+	assert_no_match "$conf" "UCX_" "nccl-conf has NCCL keys only"
+}
+
+# Rail rdma1 gets two host addresses first, so the pod's GID there sits two slots higher than
+# on rdma0: env must steer NCCL and UCX instead of printing one GID index.
+test_env_differing_gid_indexes() {
+	require_plugin
+	local json shell i ifn dev port idx range fam shell_out
+	trap 'ip addr del 192.168.77.1/32 dev rdma1 2>/dev/null; ip addr del 192.168.77.2/32 dev rdma1 2>/dev/null; cleanup_pods' EXIT
+	ip addr add 192.168.77.1/32 dev rdma1
+	ip addr add 192.168.77.2/32 dev rdma1
+	pod_rails envdiff envd 10.9.5 rdma0 rdma1
+	assert_ok in_pod envdiff "$(env_bin)" env --format json
+	json=$OUT
+	assert_eq "$(check_env_json envdiff "$json" 2)" differ "GID indexes differ"
+	fam=$(jq -r .env.NCCL_IB_ADDR_FAMILY <<<"$json")
+	range=$(jq -r '.env.NCCL_IB_ADDR_RANGE // ""' <<<"$json")
+	assert_eq "$fam" AF_INET NCCL_IB_ADDR_FAMILY
+	assert_eq "$range" 10.9.50.0/23 NCCL_IB_ADDR_RANGE
+	assert_eq "$(jq -r .env.NCCL_IB_ROCE_VERSION_NUM <<<"$json")" 2 NCCL_IB_ROCE_VERSION_NUM
+	local subnets=()
+	for i in 0 1; do
+		ifn=net$((i + 1))
+		dev=$(jq -r ".rails[$i].rdmaDevice" <<<"$json")
+		port=$(jq -r ".rails[$i].port" <<<"$json")
+		idx=$(jq -r ".rails[$i].gidIndex" <<<"$json")
+		subnets+=("$(in_pod envdiff ip -4 -o addr show dev "$ifn" | awk '{split($4, a, "/"); print a[1]}')/32")
+		assert_eq "$(nccl_auto_pick envdiff "$dev" "$port" "$fam" "$range")" "$idx" \
+			"NCCL's own pick on $ifn ($dev) with the printed family/range"
+		note "$ifn: $dev/$port gid_index $idx"
+	done
+	assert_eq "$(jq -r .env.UCX_IB_ROCE_SUBNETS <<<"$json")" "$(
+		IFS=,
+		echo "${subnets[*]}"
+	)" UCX_IB_ROCE_SUBNETS
+	# Without the range NCCL would take a host GID on rdma1: the range is what makes it right.
+	idx=$(nccl_auto_pick envdiff "$(jq -r '.rails[1].rdmaDevice' <<<"$json")" 1 AF_INET '')
+	[[ $idx != "$(jq -r '.rails[1].gidIndex' <<<"$json")" ]] ||
+		fail "without NCCL_IB_ADDR_RANGE NCCL would still pick the pod's GID on net2 (index $idx)"
+
+	assert_ok in_pod envdiff "$(env_bin)" env
+	shell=$OUT
+	shell_out=$(NCCL_IB_GID_INDEX=3 UCX_IB_GID_INDEX=3 bash -c 'eval "$1"; echo "${NCCL_IB_GID_INDEX-unset} ${UCX_IB_GID_INDEX-unset} $UCX_IB_ROCE_SUBNETS"' _ "$shell")
+	assert_eq "$shell_out" "unset unset $(jq -r .env.UCX_IB_ROCE_SUBNETS <<<"$json")" "eval of the shell output"
+}
+
+test_env_stale_gid_fails() {
+	require_plugin
+	pod_rails envstale envs 10.9.6 rdma2
+	assert_ok in_pod envstale "$(env_bin)" env
+	in_pod envstale ip addr flush dev net1
+	run_cmd in_pod envstale "$(env_bin)" env --format json
+	assert_eq "$RC" 1 "exit status with the GID gone"
+	assert_eq "$OUT" "" "no settings printed"
+	assert_match "$ERR" "rail net1 \(rxe[0-9]+ port 1\)" "the message names the rail"
+}
+
+test_env_device_info_written_and_removed() {
+	require_plugin
+	local pci dev file=/var/run/k8s.cni.cncf.io/devinfo/cni/envdi-net1 doc
+	# virtio-net: the netdev's device is virtioN, whose parent is the PCI function.
+	pci=$(readlink -f /sys/class/net/rdma2/device)
+	[[ ${pci##*/} != virtio* ]] || pci=${pci%/*}
+	pci=${pci##*/}
+	assert_match "$pci" '^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$' "PCI address of rdma2"
+	dev=$(rail_rdma_dev rdma2)
+	new_pod envdi
+	roce_conf /tmp/envdi.conf envdi rdma2 1.0.0 10.9.70.0/24 \
+		"$(jq -n --arg pci "$pci" --arg f "$file" '{deviceID: $pci, runtimeConfig: {CNIDeviceInfoFile: $f}}')"
+	assert_ok cni_exec ADD /tmp/envdi.conf /run/netns/envdi
+	[[ -f $file ]] || fail "no device-info file at $file after ADD"
+	doc=$(cat "$file")
+	assert_eq "$(jq -r .type <<<"$doc")" pci "device-info type"
+	assert_eq "$(jq -r .version <<<"$doc")" 1.1.0 "device-info version"
+	assert_eq "$(jq -r '.pci."pci-address"' <<<"$doc")" "$pci" "device-info pci-address"
+	assert_eq "$(jq -r '.pci."rdma-device"' <<<"$doc")" "$dev" "device-info rdma-device"
+	note "device-info: $doc"
+	assert_ok cni_exec DEL /tmp/envdi.conf /run/netns/envdi
+	[[ ! -e $file ]] || fail "device-info file still there after DEL"
+	assert_ok cni_exec DEL /tmp/envdi.conf /run/netns/envdi
+
+	# Without the capability nothing is written.
+	roce_conf /tmp/envdi2.conf envdi2 rdma2 1.0.0 10.9.71.0/24 "$(jq -n --arg pci "$pci" '{deviceID: $pci}')"
+	assert_ok cni_exec ADD /tmp/envdi2.conf /run/netns/envdi
+	assert_eq "$(ls /var/run/k8s.cni.cncf.io/devinfo/cni/ 2>/dev/null)" "" "no device-info without the capability"
+	assert_ok cni_exec DEL /tmp/envdi2.conf /run/netns/envdi
+}
