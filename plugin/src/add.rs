@@ -5,17 +5,19 @@ use std::net::IpAddr;
 
 use serde_json::Value;
 
-use crate::cni::{CniResult, Env, Interface, Roce};
+use crate::cni::{CniResult, Env, Interface, IpConfig, Roce};
 use crate::config::NetConf;
 use crate::error::{Error, Result};
 use crate::ipam::Ipam;
-use crate::netlink::{Link, Netlink};
+use crate::netlink::{AddrEvents, Link, Netlink};
 use crate::netns::Netns;
 use crate::rail;
 use crate::rdma::{self, GidType, RdmaPort, Sysfs, WaitError};
 use crate::routing::{self, RULE_PRIORITY};
+use crate::slaac;
 use crate::sysctl::{self, Sysctl};
 use crate::undo::UndoStack;
+use ipnetwork::IpNetwork;
 
 /// A change made by ADD, and so something a failed ADD must take back.
 #[derive(Debug)]
@@ -190,10 +192,21 @@ async fn build(r: &Ready<'_>, undo: &mut UndoStack<Step>) -> Result<Value> {
         }
         r.netns.run(|| sysctl::write(s))??;
     }
+    if conf.slaac.is_none() && result.ips.iter().any(|ip| ip.address.is_ipv6()) {
+        // An IPv6 address from IPAM (a placeholder, say) needs IPv6 on the child even when the
+        // pod has it off by default; as the reference ipvlan plugin does, on this link only.
+        let on = sysctl::validate("net.ipv6.conf.IFNAME.disable_ipv6", "0", &env.ifname)?;
+        r.netns.run(|| sysctl::write(&on))??;
+    }
 
     for ip in &result.ips {
         pod.add_address(child.index, ip.address).await?;
     }
+    // Subscribed before the link comes up, so that no address event is missed.
+    let mut events = match &conf.slaac {
+        Some(_) => Some(AddrEvents::subscribe(&r.netns)?),
+        None => None,
+    };
     pod.set_up(child.index).await?;
 
     let plan = routing::plan(
@@ -202,21 +215,40 @@ async fn build(r: &Ready<'_>, undo: &mut UndoStack<Step>) -> Result<Value> {
         &result.routes,
         conf.source_routing,
     );
-    for route in &plan.routes {
-        pod.add_route(route.table, route.dst, route.gw, child.index, route.src)
-            .await?;
-    }
-    if let Some(table) = plan.table {
-        for source in &plan.rules {
-            pod.add_rule(*source, table, RULE_PRIORITY).await?;
-            undo.push(Step::Rule {
-                source: *source,
-                table,
-            });
-        }
-    }
+    install_routes(r, undo, child.index, &plan).await?;
 
-    let roce = wait_for_gid(r, &result).await?;
+    let gid_addr = match (&conf.slaac, events.as_mut()) {
+        (Some(slaac_conf), Some(events)) => {
+            slaac::solicit_router(&r.netns, child.index, &child.mac)?;
+            let found = slaac::wait(events, pod, child.index, &r.master.name, slaac_conf).await?;
+            let plan = routing::slaac_plan(
+                child.index,
+                found.network,
+                found.router,
+                conf.source_routing,
+            );
+            install_routes(r, undo, child.index, &plan).await?;
+            // The routable address goes first: consumers often take ips[0] as "the" address.
+            result.ips.insert(
+                0,
+                IpConfig {
+                    address: IpNetwork::V6(found.network),
+                    gateway: found.router.map(IpAddr::V6),
+                    interface: Some(0),
+                },
+            );
+            IpAddr::V6(found.network.ip())
+        }
+        _ => result
+            .ips
+            .iter()
+            .map(|ip| ip.address.ip())
+            .find(|ip| ip.is_ipv4())
+            .or_else(|| result.ips.first().map(|ip| ip.address.ip()))
+            .ok_or_else(|| Error::Ipam("IPAM returned no address".into()))?,
+    };
+
+    let roce = wait_for_gid(r, gid_addr).await?;
     pod.set_alias(child.index, &roce.ifalias()).await?;
     if let (Some(path), Some(pci)) = (&conf.device_info_file, &conf.rail.device_id) {
         crate::device_info::write(path, pci, &roce.rdma_device)?;
@@ -237,14 +269,7 @@ async fn build(r: &Ready<'_>, undo: &mut UndoStack<Step>) -> Result<Value> {
 
 /// Waits, reading sysfs from inside the pod's namespace (as the workload will), until the RoCE
 /// v2 GID of the child's address is in the port's table.
-async fn wait_for_gid(r: &Ready<'_>, result: &CniResult) -> Result<Roce> {
-    let addr = result
-        .ips
-        .iter()
-        .map(|ip| ip.address.ip())
-        .find(|ip| ip.is_ipv4())
-        .or_else(|| result.ips.first().map(|ip| ip.address.ip()))
-        .ok_or_else(|| Error::Ipam("IPAM returned no address".into()))?;
+async fn wait_for_gid(r: &Ready<'_>, addr: IpAddr) -> Result<Roce> {
     let gid = rdma::roce_gid(addr);
     let timeout = r.conf.rdma.gid_timeout;
     let port = r.port.clone();
@@ -282,6 +307,29 @@ async fn wait_for_gid(r: &Ready<'_>, result: &CniResult) -> Result<Roce> {
             e,
         )),
     }
+}
+
+async fn install_routes(
+    r: &Ready<'_>,
+    undo: &mut UndoStack<Step>,
+    dev: u32,
+    plan: &routing::Plan,
+) -> Result<()> {
+    for route in &plan.routes {
+        r.pod
+            .add_route(route.table, route.dst, route.gw, dev, route.src)
+            .await?;
+    }
+    if let Some(table) = plan.table {
+        for source in &plan.rules {
+            r.pod.add_rule(*source, table, RULE_PRIORITY).await?;
+            undo.push(Step::Rule {
+                source: *source,
+                table,
+            });
+        }
+    }
+    Ok(())
 }
 
 async fn rollback(r: &Ready<'_>, undo: UndoStack<Step>) {

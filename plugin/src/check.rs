@@ -119,6 +119,20 @@ pub async fn check(env: &Env, conf: &NetConf) -> Result<()> {
             "expected ifalias \"rdma_dev=... port=... gid_index=... gid=...\", found {alias:?}"
         ));
     };
+    if conf.slaac.is_some() && conf.source_routing {
+        let table = routing::table_for(child.index);
+        let source = std::net::IpAddr::V6(roce.gid);
+        if !pod
+            .rules(true)
+            .await?
+            .iter()
+            .any(|r| r.table == table && r.source == Some(source))
+        {
+            return differs(format!(
+                "expected rule \"from {source} lookup {table}\", found none"
+            ));
+        }
+    }
     let port = crate::rdma::RdmaPort {
         device: roce.rdma_device.clone(),
         port: roce.port,

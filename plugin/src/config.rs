@@ -40,6 +40,7 @@ struct RawConf {
     sysctl: Vec<(String, String)>,
     source_routing: Option<bool>,
     rdma: Option<RawRdma>,
+    ipv6: Option<RawIpv6>,
     log_file: Option<PathBuf>,
     log_level: Option<String>,
     prev_result: Option<Value>,
@@ -51,6 +52,15 @@ struct RawRdma {
     device: Option<String>,
     port: Option<u32>,
     gid_timeout_ms: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawIpv6 {
+    slaac: Option<bool>,
+    prefix: Option<String>,
+    dad: Option<String>,
+    ra_timeout_ms: Option<u64>,
 }
 
 /// A configuration that passed every check.
@@ -67,6 +77,8 @@ pub struct NetConf {
     pub sysctls: Vec<Sysctl>,
     pub source_routing: bool,
     pub rdma: RdmaConf,
+    /// IPv6 SLAAC on routed rails; `None` when off.
+    pub slaac: Option<SlaacConf>,
     pub log: LogConf,
     pub prev_result: Option<Value>,
     /// The configuration exactly as received: IPAM plugins get it on their stdin.
@@ -87,6 +99,29 @@ pub struct RdmaConf {
     pub port: Option<u32>,
     pub gid_timeout: Duration,
 }
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlaacConf {
+    /// Only a SLAAC address inside this prefix counts (a rail router may announce several).
+    pub prefix: Option<ipnetwork::Ipv6Network>,
+    pub dad: DadMode,
+    pub ra_timeout: Duration,
+}
+
+/// How ADD treats duplicate address detection of the SLAAC address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DadMode {
+    /// Return only once the address is no longer tentative (it then answers neighbour
+    /// solicitations, so peers can resolve it). The kernel's own pace.
+    Wait,
+    /// Optimistic DAD (RFC 4429) on this interface: the address is usable, and answers
+    /// neighbour solicitations, while DAD still runs and still catches a duplicate.
+    Optimistic,
+    /// No DAD on this interface: for fabrics that guarantee unique addresses.
+    Off,
+}
+
+pub const DEFAULT_RA_TIMEOUT: Duration = Duration::from_millis(10_000);
 
 #[derive(Debug, Clone, Default)]
 pub struct LogConf {
@@ -138,11 +173,24 @@ impl NetConf {
                 return bad(format!("\"mtu\": {mtu} is out of range 68..65535"));
             }
         }
+        let slaac = match conf.ipv6 {
+            Some(v6) if v6.slaac.unwrap_or(false) => Some(slaac_conf(v6)?),
+            Some(v6) if v6.prefix.is_some() || v6.dad.is_some() || v6.ra_timeout_ms.is_some() => {
+                return bad(
+                    "\"ipv6\" sets prefix/dad/raTimeoutMs but not \"slaac\": true; \
+                     they only apply to SLAAC"
+                        .into(),
+                )
+            }
+            _ => None,
+        };
         let ipam = match conf.ipam {
+            None if slaac.is_some() => None,
             None => {
                 return bad(
                     "\"ipam\" is missing: the child needs an address for its RoCE v2 GID; \
-                 add e.g. {\"type\": \"host-local\", ...} or {\"type\": \"nv-ipam\", ...}"
+                 add e.g. {\"type\": \"host-local\", ...} or {\"type\": \"nv-ipam\", ...}, \
+                 or use \"ipv6\": {\"slaac\": true} on routed IPv6 rails"
                         .into(),
                 )
             }
@@ -164,11 +212,14 @@ impl NetConf {
                 })
             }
         };
-        let defaults = if conf.arp_sysctls.unwrap_or(true) {
+        let mut defaults = if conf.arp_sysctls.unwrap_or(true) {
             sysctl::arp_defaults()
         } else {
             Vec::new()
         };
+        if let Some(slaac) = &slaac {
+            defaults.extend(sysctl::slaac_defaults(slaac.dad));
+        }
         let sysctls = sysctl::resolve(defaults, &conf.sysctl, ifname)?;
         let rdma = match conf.rdma {
             None => RdmaConf {
@@ -235,6 +286,7 @@ impl NetConf {
             sysctls,
             source_routing: conf.source_routing.unwrap_or(true),
             rdma,
+            slaac,
             log: LogConf {
                 file: conf.log_file,
                 level: conf.log_level,
@@ -246,6 +298,45 @@ impl NetConf {
             )?,
         })
     }
+}
+
+fn slaac_conf(v6: RawIpv6) -> Result<SlaacConf> {
+    let bad = |msg: String| Err(Error::InvalidConfig(msg));
+    let prefix = match v6.prefix {
+        None => None,
+        Some(p) => match p.parse::<ipnetwork::Ipv6Network>() {
+            Ok(net) if net.network() == net.ip() => Some(net),
+            Ok(net) => {
+                return bad(format!(
+                    "\"ipv6.prefix\" {p:?} has host bits set: did you mean {}/{}?",
+                    net.network(),
+                    net.prefix()
+                ))
+            }
+            Err(e) => return bad(format!("\"ipv6.prefix\" {p:?} is not an IPv6 prefix: {e}")),
+        },
+    };
+    let dad = match v6.dad.as_deref() {
+        None | Some("wait") => DadMode::Wait,
+        Some("optimistic") => DadMode::Optimistic,
+        Some("off") => DadMode::Off,
+        Some(other) => return bad(format!(
+            "\"ipv6.dad\" {other:?} is unknown: use \"wait\" (default), \"optimistic\" or \"off\""
+        )),
+    };
+    let ms = v6
+        .ra_timeout_ms
+        .unwrap_or(DEFAULT_RA_TIMEOUT.as_millis() as u64);
+    if ms == 0 || ms > MAX_GID_TIMEOUT_MS {
+        return bad(format!(
+            "\"ipv6.raTimeoutMs\" is {ms}: expected 1..={MAX_GID_TIMEOUT_MS}"
+        ));
+    }
+    Ok(SlaacConf {
+        prefix,
+        dad,
+        ra_timeout: Duration::from_millis(ms),
+    })
 }
 
 /// A JSON object read as ordered pairs, so that duplicate keys (which serde_json would silently
@@ -409,6 +500,62 @@ mod tests {
         assert_eq!(c.sysctls[0].value, "2");
         assert_eq!(c.rdma.device.as_deref(), Some("mlx5_6"));
         assert_eq!(c.rdma.gid_timeout, Duration::from_millis(1500));
+    }
+
+    #[test]
+    fn slaac_makes_ipam_optional_and_adds_its_sysctls() {
+        let mut v = base();
+        v.as_object_mut().unwrap().remove("ipam");
+        v["ipv6"] = json!({"slaac": true, "prefix": "2001:db8:1:2::/64", "dad": "optimistic", "raTimeoutMs": 5000});
+        let c = parse(&v).unwrap();
+        assert!(c.ipam.is_none());
+        let s = c.slaac.unwrap();
+        assert_eq!(s.prefix.unwrap().to_string(), "2001:db8:1:2::/64");
+        assert_eq!(s.dad, DadMode::Optimistic);
+        assert_eq!(s.ra_timeout, Duration::from_millis(5000));
+        let keys: Vec<_> = c.sysctls.iter().map(|s| s.key.as_str()).collect();
+        assert!(
+            keys.contains(&"net.ipv6.conf.net1.optimistic_dad"),
+            "{keys:?}"
+        );
+        // IPv6 is switched on last, once the interface is configured for SLAAC.
+        assert_eq!(keys.last(), Some(&"net.ipv6.conf.net1.disable_ipv6"));
+        assert!(
+            c.sysctls.iter().all(|s| !s.pod_wide || s.path[1] == "ipv4"),
+            "IPv6 stays off elsewhere"
+        );
+    }
+
+    #[test]
+    fn slaac_refusals() {
+        refused(
+            with("ipv6", json!({"slaac": true, "dad": "maybe"})),
+            7,
+            "ipv6.dad",
+        );
+        refused(
+            with("ipv6", json!({"slaac": true, "prefix": "10.0.0.0/8"})),
+            7,
+            "ipv6.prefix",
+        );
+        refused(
+            with("ipv6", json!({"slaac": true, "prefix": "2001:db8::1/64"})),
+            7,
+            "host bits",
+        );
+        refused(
+            with("ipv6", json!({"slaac": true, "raTimeoutMs": 0})),
+            7,
+            "raTimeoutMs",
+        );
+        refused(with("ipv6", json!({"prefix": "2001:db8::/64"})), 7, "slaac");
+        refused(
+            with("ipv6", json!({"slaac": true, "prfix": "x"})),
+            7,
+            "prfix",
+        );
+        let c = parse(&with("ipv6", json!({"slaac": false}))).unwrap();
+        assert!(c.slaac.is_none());
     }
 
     #[test]

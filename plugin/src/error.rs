@@ -62,6 +62,10 @@ pub enum Error {
     #[error("{0}")]
     CheckFailed(String),
 
+    /// 109: no usable SLAAC address came from the rail's router advertisements in time.
+    #[error("{0}")]
+    Slaac(String),
+
     /// 999 is not used: every other failure is an I/O error with context (code 108).
     #[error("{what}: {source}")]
     Io {
@@ -89,6 +93,7 @@ impl Error {
             Error::Sysctl(_) => 106,
             Error::CheckFailed(_) => 107,
             Error::Io { .. } => 108,
+            Error::Slaac(_) => 109,
         }
     }
 
@@ -173,6 +178,7 @@ mod tests {
             (Error::Netns("x".into()), 105),
             (Error::Sysctl("x".into()), 106),
             (Error::CheckFailed("x".into()), 107),
+            (Error::Slaac("x".into()), 109),
         ];
         for (err, code) in cases {
             assert_eq!(err.code(), code, "{err:?}");

@@ -21,6 +21,7 @@ pub mod netns;
 pub mod rail;
 pub mod rdma;
 pub mod routing;
+pub mod slaac;
 pub mod sysctl;
 pub mod undo;
 pub mod validate;

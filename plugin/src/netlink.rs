@@ -8,7 +8,7 @@ use std::net::IpAddr;
 
 use futures::TryStreamExt;
 use ipnetwork::IpNetwork;
-use netlink_packet_route::address::AddressAttribute;
+use netlink_packet_route::address::{AddressAttribute, AddressFlags, AddressMessage};
 use netlink_packet_route::link::{
     InfoData, InfoIpVlan, InfoKind, IpVlanMode, LinkAttribute, LinkFlags, LinkInfo, LinkMessage,
 };
@@ -47,6 +47,90 @@ impl Link {
             .collect::<Vec<_>>()
             .join(":")
     }
+}
+
+/// An IPv6 address of a link with the flags that tell SLAAC and DAD state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Addr6 {
+    pub index: u32,
+    pub addr: std::net::Ipv6Addr,
+    pub prefix: u8,
+    pub flags: AddressFlags,
+}
+
+/// A change of an IPv6 address, from the kernel's RTNLGRP_IPV6_IFADDR notifications.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AddrEvent {
+    New(Addr6),
+    Del(Addr6),
+}
+
+/// A subscription to IPv6 address changes in one namespace.
+pub struct AddrEvents {
+    rx: futures::channel::mpsc::UnboundedReceiver<(
+        netlink_packet_core::NetlinkMessage<netlink_packet_route::RouteNetlinkMessage>,
+        netlink_sys::SocketAddr,
+    )>,
+}
+
+impl AddrEvents {
+    /// Subscribes in `ns`; events that happen after this call are not missed.
+    pub fn subscribe(ns: &Netns) -> Result<AddrEvents> {
+        let runtime = tokio::runtime::Handle::current();
+        let (conn, _handle, rx) = ns
+            .run(move || {
+                let _guard = runtime.enter();
+                rtnetlink::new_multicast_connection(&[rtnetlink::MulticastGroup::Ipv6Ifaddr])
+            })?
+            .map_err(|e| Error::io("cannot subscribe to IPv6 address events", e))?;
+        tokio::spawn(conn);
+        Ok(AddrEvents { rx })
+    }
+
+    /// The next address event; `None` if the subscription ended.
+    pub async fn next(&mut self) -> Option<AddrEvent> {
+        use futures::StreamExt;
+        use netlink_packet_core::NetlinkPayload;
+        use netlink_packet_route::RouteNetlinkMessage;
+        while let Some((msg, _)) = self.rx.next().await {
+            let event = match msg.payload {
+                NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewAddress(m)) => {
+                    parse_addr6(&m).map(AddrEvent::New)
+                }
+                NetlinkPayload::InnerMessage(RouteNetlinkMessage::DelAddress(m)) => {
+                    parse_addr6(&m).map(AddrEvent::Del)
+                }
+                _ => None,
+            };
+            if event.is_some() {
+                return event;
+            }
+        }
+        None
+    }
+}
+
+fn parse_addr6(m: &AddressMessage) -> Option<Addr6> {
+    let addr = m.attributes.iter().find_map(|a| match a {
+        AddressAttribute::Address(IpAddr::V6(ip)) => Some(*ip),
+        _ => None,
+    })?;
+    // The 32-bit IFA_FLAGS attribute carries what the 8-bit header field cannot (e.g.
+    // MANAGETEMPADDR); fall back to the header on kernels that omit it.
+    let flags = m
+        .attributes
+        .iter()
+        .find_map(|a| match a {
+            AddressAttribute::Flags(f) => Some(*f),
+            _ => None,
+        })
+        .unwrap_or_else(|| AddressFlags::from_bits_retain(u32::from(m.header.flags.bits())));
+    Some(Addr6 {
+        index: m.header.index,
+        addr,
+        prefix: m.header.prefix_len,
+        flags,
+    })
 }
 
 /// A policy rule as the plugin cares about it.
@@ -218,6 +302,51 @@ impl Netlink {
                 IpNetwork::new(ip, m.header.prefix_len).ok()
             })
             .collect())
+    }
+
+    /// The IPv6 addresses of link `index`, with their flags.
+    pub async fn addresses6(&self, index: u32) -> Result<Vec<Addr6>> {
+        let mut req = self.handle.address().get().set_link_index_filter(index);
+        req.message_mut().header.family = AddressFamily::Inet6;
+        let msgs: Vec<_> = req.execute().try_collect().await.map_err(|e| {
+            Error::netlink(
+                format!("cannot list the IPv6 addresses of link #{index}"),
+                e,
+            )
+        })?;
+        Ok(msgs
+            .iter()
+            .filter_map(parse_addr6)
+            .filter(|a| a.index == index)
+            .collect())
+    }
+
+    /// The IPv6 default router learned on link `index` (from router advertisements), if any.
+    pub async fn default_router6(&self, index: u32) -> Result<Option<std::net::Ipv6Addr>> {
+        use netlink_packet_route::route::{RouteAddress, RouteAttribute};
+        let mut b = RouteMessageBuilder::<IpAddr>::new();
+        b.get_mut().header.address_family = AddressFamily::Inet6;
+        let routes: Vec<_> = self
+            .handle
+            .route()
+            .get(b.build())
+            .execute()
+            .try_collect()
+            .await
+            .map_err(|e| Error::netlink("cannot list IPv6 routes", e))?;
+        Ok(routes.iter().find_map(|r| {
+            let oif = r.attributes.iter().find_map(|a| match a {
+                RouteAttribute::Oif(i) => Some(*i),
+                _ => None,
+            });
+            let gw = r.attributes.iter().find_map(|a| match a {
+                RouteAttribute::Gateway(RouteAddress::Inet6(g)) => Some(*g),
+                _ => None,
+            });
+            (r.header.destination_prefix_length == 0 && oif == Some(index))
+                .then_some(gw)
+                .flatten()
+        }))
     }
 
     /// Adds a route through link `dev` into `table`: via `gw` if given, else on-link.

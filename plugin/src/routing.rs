@@ -84,6 +84,44 @@ pub fn plan(ifindex: u32, ips: &[IpConfig], routes: &[Route], source_routing: bo
     plan
 }
 
+/// Routing for the SLAAC address of a routed IPv6 rail: the on-link /64 and the rail router's
+/// default route in the child's table, and `from <address> lookup <table>`. The kernel keeps its
+/// own RA routes in the main table too, with the default route at a metric that loses to the
+/// pod's own (sysctl.rs, `ra_defrtr_metric`). The copies here do not expire with the RA's router
+/// lifetime; the SLAAC address itself still follows the RA's lifetimes.
+pub fn slaac_plan(
+    ifindex: u32,
+    addr: ipnetwork::Ipv6Network,
+    router: Option<std::net::Ipv6Addr>,
+    source_routing: bool,
+) -> Plan {
+    if !source_routing {
+        return Plan::default();
+    }
+    let table = table_for(ifindex);
+    let on_link = ipnetwork::Ipv6Network::new(addr.network(), addr.prefix())
+        .expect("a network of a valid prefix is valid");
+    let mut routes = vec![PlannedRoute {
+        dst: IpNetwork::V6(on_link),
+        gw: None,
+        src: None,
+        table,
+    }];
+    if let Some(router) = router {
+        routes.push(PlannedRoute {
+            dst: "::/0".parse().expect("a valid prefix"),
+            gw: Some(IpAddr::V6(router)),
+            src: None,
+            table,
+        });
+    }
+    Plan {
+        routes,
+        rules: vec![IpAddr::V6(addr.ip())],
+        table: Some(table),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -148,6 +186,28 @@ mod tests {
         let v6 = p.routes.iter().find(|r| r.dst.is_ipv6()).unwrap();
         assert_eq!(v6.table, MAIN_TABLE);
         assert_eq!(v6.gw, Some("fd01::1".parse().unwrap()));
+    }
+
+    #[test]
+    fn slaac_gets_on_link_and_default_in_its_table() {
+        let p = slaac_plan(
+            5,
+            "2001:db8:1:2:5054:ff:fe00:1/64".parse().unwrap(),
+            Some("fe80::1".parse().unwrap()),
+            true,
+        );
+        assert_eq!(p.table, Some(10_005));
+        assert_eq!(
+            p.rules,
+            vec!["2001:db8:1:2:5054:ff:fe00:1".parse::<IpAddr>().unwrap()]
+        );
+        assert_eq!(p.routes[0].dst.to_string(), "2001:db8:1:2::/64");
+        assert_eq!(p.routes[1].dst.to_string(), "::/0");
+        assert_eq!(p.routes[1].gw, Some("fe80::1".parse().unwrap()));
+        assert_eq!(
+            slaac_plan(5, "2001:db8::1/64".parse().unwrap(), None, false),
+            Plan::default()
+        );
     }
 
     #[test]

@@ -45,6 +45,41 @@ pub fn arp_defaults() -> Vec<(String, String)> {
     .collect()
 }
 
+/// Per-interface IPv6 settings for SLAAC. IPv6 is enabled on this interface only, even when the
+/// pod has `all`/`default.disable_ipv6=1`, and enabled last: turning it on starts link-local
+/// DAD, which should already run with the DAD settings below.
+pub fn slaac_defaults(dad: crate::config::DadMode) -> Vec<(String, String)> {
+    use crate::config::DadMode;
+    let mut v = vec![
+        // 2: accept router advertisements even if the pod forwards.
+        ("net.ipv6.conf.IFNAME.accept_ra", "2"),
+        ("net.ipv6.conf.IFNAME.autoconf", "1"),
+        ("net.ipv6.conf.IFNAME.accept_ra_pinfo", "1"),
+        ("net.ipv6.conf.IFNAME.accept_ra_defrtr", "1"),
+        // The rail router's default route stays in the main table as a fallback only: the pod's
+        // own default route (metric 1024 when set by a CNI plugin) keeps winning, and traffic
+        // from the SLAAC address uses the rail through the source rule (routing.rs).
+        ("net.ipv6.conf.IFNAME.ra_defrtr_metric", "10000"),
+        // No random 0-1 s delay before DAD starts (the kernel draws it from this value).
+        ("net.ipv6.conf.IFNAME.router_solicitation_delay", "0"),
+    ];
+    match dad {
+        DadMode::Wait => {}
+        DadMode::Optimistic => {
+            v.push(("net.ipv6.conf.IFNAME.optimistic_dad", "1"));
+            v.push(("net.ipv6.conf.IFNAME.use_optimistic", "1"));
+        }
+        DadMode::Off => {
+            v.push(("net.ipv6.conf.IFNAME.accept_dad", "0"));
+            v.push(("net.ipv6.conf.IFNAME.dad_transmits", "0"));
+        }
+    }
+    v.push(("net.ipv6.conf.IFNAME.disable_ipv6", "0"));
+    v.into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
 /// Validates `key` for interface `ifname` (literal `IFNAME` replaced first).
 pub fn validate(key: &str, value: &str, ifname: &str) -> Result<Sysctl> {
     let refuse = |why: String| {

@@ -18,10 +18,13 @@ vm_modules() {
 }
 
 vm_nic_by_index() { # print the netdev whose MAC says "NIC number $1" (see run.sh)
-	local mac dev
-	mac=$(printf '52:54:00:0a:00:%02x' "$1")
+	vm_nic_by_mac "$(printf '52:54:00:0a:00:%02x' "$1")"
+}
+
+vm_nic_by_mac() {
+	local dev
 	for dev in /sys/class/net/*; do
-		[[ $(cat "$dev/address") == "$mac" ]] && { basename "$dev"; return 0; }
+		[[ $(cat "$dev/address") == "$1" ]] && { basename "$dev"; return 0; }
 	done
 	return 1
 }
@@ -34,6 +37,15 @@ vm_rails() {
 		[[ -n ${dev:-} ]] || { echo "vm: NIC $i ($name) not found" >&2; return 1; }
 		[[ $dev == "$name" ]] || ip link set dev "$dev" name "$name"
 		ip link set dev "$name" up
+		dev=
+		i=$((i + 1))
+	done
+	# The peer NIC of rail i (same QEMU hub) becomes peer<i>; tests move it where they need it.
+	i=0
+	for name in $VM_RAILS; do
+		for tries in $(seq 50); do dev=$(vm_nic_by_mac "$(printf '52:54:00:0b:00:%02x' "$i")") && break; sleep 0.1; done
+		[[ -n ${dev:-} ]] || { echo "vm: peer NIC of $name not found" >&2; return 1; }
+		[[ $dev == "peer$i" ]] || ip link set dev "$dev" name "peer$i"
 		dev=
 		i=$((i + 1))
 	done

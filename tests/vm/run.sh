@@ -90,6 +90,14 @@ for name in $rails $bare; do
 	nics+=(-netdev "hubport,id=n$i,hubid=$i" -device "virtio-net-pci,netdev=n$i,mac=$mac,romfile=")
 	i=$((i + 1))
 done
+# A second NIC on each rail's hub: the other end of the rail's L2 segment (a rail router with
+# radvd, or a peer node), named peerN in the VM and left down in the initial namespace.
+j=0
+for name in $rails; do
+	mac=$(printf '52:54:00:0b:00:%02x' "$j")
+	nics+=(-netdev "hubport,id=p$j,hubid=$j" -device "virtio-net-pci,netdev=p$j,mac=$mac,romfile=")
+	j=$((j + 1))
+done
 
 append="console=ttyS0 panic=-1 loglevel=4"
 if ((interactive)); then

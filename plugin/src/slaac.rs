@@ -1,0 +1,401 @@
+//! IPv6 SLAAC on routed rails: make the router advertisement come promptly, then wait, driven
+//! by the kernel's address notifications, for the routable address.
+//!
+//! Without help the kernel sends its first router solicitation only after link-local DAD has
+//! finished (about 1 s, after a random delay of up to 1 s). The plugin sends one right after
+//! the link comes up, from the unspecified address (RFC 4861 §4.1 allows it while no address is
+//! usable yet; the router then answers by multicast), so the advertisement, and with it the
+//! SLAAC address, arrives in milliseconds. The kernel's own solicitations still follow.
+
+use std::collections::BTreeMap;
+use std::net::Ipv6Addr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+use ipnetwork::Ipv6Network;
+use netlink_packet_route::address::AddressFlags;
+
+use crate::config::{DadMode, SlaacConf};
+use crate::error::{Error, Result};
+use crate::netlink::{Addr6, AddrEvent, AddrEvents, Netlink};
+use crate::netns::Netns;
+
+/// The SLAAC address ADD reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlaacAddr {
+    pub network: Ipv6Network,
+    pub router: Option<Ipv6Addr>,
+}
+
+/// What the addresses of the child say right now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    Ready(Ipv6Network),
+    Waiting,
+    Failed(String),
+}
+
+/// Chooses the routable SLAAC address among the child's IPv6 addresses: global scope, not
+/// permanent (IPAM placeholders are), inside `prefix` when one is set. With `DadMode::Wait` it
+/// must also have left the tentative state; an address whose DAD failed is an error.
+pub fn decide(addrs: &[Addr6], conf: &SlaacConf) -> Decision {
+    let mut best: Option<&Addr6> = None;
+    for a in addrs.iter().filter(|a| is_slaac_candidate(a, conf)) {
+        if a.flags.contains(AddressFlags::Dadfailed) {
+            return Decision::Failed(format!(
+                "duplicate address detection failed for SLAAC address {}/{}: another node on the \
+                 rail uses the same address (IPvlan children share the rail's MAC; the kernel \
+                 derives their interface IDs from it and their dev_id)",
+                a.addr, a.prefix
+            ));
+        }
+        let usable = match conf.dad {
+            DadMode::Wait => !a.flags.contains(AddressFlags::Tentative),
+            DadMode::Optimistic | DadMode::Off => true,
+        };
+        if usable && best.is_none_or(|b| a.addr < b.addr) {
+            best = Some(a);
+        }
+    }
+    match best {
+        Some(a) => Decision::Ready(
+            Ipv6Network::new(a.addr, a.prefix).expect("the kernel reports valid prefix lengths"),
+        ),
+        None => Decision::Waiting,
+    }
+}
+
+fn is_slaac_candidate(a: &Addr6, conf: &SlaacConf) -> bool {
+    let global = !(a.addr.is_loopback()
+        || a.addr.is_unspecified()
+        || a.addr.is_multicast()
+        || a.addr.is_unicast_link_local());
+    let in_prefix = conf.prefix.is_none_or(|p| p.contains(a.addr));
+    global && !a.flags.contains(AddressFlags::Permanent) && in_prefix
+}
+
+/// What was seen when no usable address came: for the timeout message.
+pub fn describe(addrs: &[Addr6], conf: &SlaacConf, router: Option<Ipv6Addr>) -> String {
+    let list = |f: &dyn Fn(&Addr6) -> bool| {
+        addrs
+            .iter()
+            .filter(|a| f(a))
+            .map(|a| format!("{}/{}", a.addr, a.prefix))
+            .collect::<Vec<_>>()
+    };
+    let tentative =
+        list(&|a| is_slaac_candidate(a, conf) && a.flags.contains(AddressFlags::Tentative));
+    if !tentative.is_empty() {
+        return format!(
+            "SLAAC address {} is still tentative (DAD not finished); use \"dad\": \"optimistic\" \
+             for a faster safe path, or raise \"raTimeoutMs\"",
+            tentative.join(", ")
+        );
+    }
+    let filtered = list(&|a| {
+        !a.flags.contains(AddressFlags::Permanent)
+            && !a.addr.is_unicast_link_local()
+            && !is_slaac_candidate(a, conf)
+    });
+    if !filtered.is_empty() {
+        return format!(
+            "a router advertisement arrived, but its SLAAC address(es) {} are outside \"prefix\" \
+             {}; check the prefix filter",
+            filtered.join(", "),
+            conf.prefix.map(|p| p.to_string()).unwrap_or_default()
+        );
+    }
+    let link_local = list(&|a| a.addr.is_unicast_link_local());
+    match (router, link_local.is_empty()) {
+        (Some(r), _) => format!(
+            "router {r} advertised itself but no prefix for autoconfiguration; check that the \
+             router announces the rail's /64 with the autonomous flag"
+        ),
+        (None, false) => format!(
+            "only the link-local address {} is there: no router advertisement arrived; check \
+             that the rail router (radvd, or the switch) sends RAs on this rail",
+            link_local.join(", ")
+        ),
+        (None, true) => {
+            "no IPv6 address at all on the interface: IPv6 may be disabled on it".into()
+        }
+    }
+}
+
+/// Sends one router solicitation on link `ifindex` of the namespace, from `::`.
+pub fn solicit_router(netns: &Netns, ifindex: u32, mac: &[u8]) -> Result<()> {
+    let mac: [u8; 6] = mac.try_into().map_err(|_| {
+        Error::Slaac(format!(
+            "the child has a {}-byte link address, expected an Ethernet MAC",
+            mac.len()
+        ))
+    })?;
+    let frame = router_solicitation(mac);
+    netns
+        .run(|| send_frame(ifindex, &frame))?
+        .map_err(|e| Error::io("cannot send a router solicitation", e))
+}
+
+const ETH_P_IPV6: u16 = 0x86dd;
+const ALL_ROUTERS: Ipv6Addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 2);
+
+/// An Ethernet frame carrying an ICMPv6 router solicitation from `::` to ff02::2, without a
+/// source link-layer option (which RFC 4861 forbids with an unspecified source).
+pub fn router_solicitation(src_mac: [u8; 6]) -> Vec<u8> {
+    let icmp = [133u8, 0, 0, 0, 0, 0, 0, 0];
+    let mut f = Vec::with_capacity(62);
+    f.extend_from_slice(&[0x33, 0x33, 0, 0, 0, 2]); // IPv6 multicast MAC of ff02::2
+    f.extend_from_slice(&src_mac);
+    f.extend_from_slice(&ETH_P_IPV6.to_be_bytes());
+    f.extend_from_slice(&[0x60, 0, 0, 0]); // version 6, no traffic class or flow label
+    f.extend_from_slice(&(icmp.len() as u16).to_be_bytes());
+    f.push(58); // ICMPv6
+    f.push(255); // hop limit: receivers drop neighbour discovery with any other value
+    f.extend_from_slice(&Ipv6Addr::UNSPECIFIED.octets());
+    f.extend_from_slice(&ALL_ROUTERS.octets());
+    let sum = icmpv6_checksum(Ipv6Addr::UNSPECIFIED, ALL_ROUTERS, &icmp);
+    let mut icmp = icmp;
+    icmp[2..4].copy_from_slice(&sum.to_be_bytes());
+    f.extend_from_slice(&icmp);
+    f
+}
+
+/// The ICMPv6 checksum (RFC 4443 §2.3) over the IPv6 pseudo-header and the message.
+pub fn icmpv6_checksum(src: Ipv6Addr, dst: Ipv6Addr, msg: &[u8]) -> u16 {
+    let mut data = Vec::with_capacity(40 + msg.len());
+    data.extend_from_slice(&src.octets());
+    data.extend_from_slice(&dst.octets());
+    data.extend_from_slice(&(msg.len() as u32).to_be_bytes());
+    data.extend_from_slice(&[0, 0, 0, 58]);
+    data.extend_from_slice(msg);
+    let mut sum: u32 = data
+        .chunks(2)
+        .map(|c| u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])))
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+/// Sends a raw Ethernet frame on `ifindex` of the calling thread's namespace.
+fn send_frame(ifindex: u32, frame: &[u8]) -> std::io::Result<()> {
+    // Protocol 0: the socket only sends and never queues received frames.
+    // SAFETY: plain socket(2) call; the returned fd is checked and owned right away.
+    let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fd is a fresh, valid descriptor that nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: sockaddr_ll is plain old data; all-zero is a valid value to fill in.
+    let mut to: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    to.sll_family = libc::AF_PACKET as u16;
+    to.sll_protocol = ETH_P_IPV6.to_be();
+    to.sll_ifindex = ifindex as i32;
+    to.sll_halen = 6;
+    to.sll_addr[..6].copy_from_slice(&frame[..6]);
+    // SAFETY: `frame` and `to` are valid for the lengths passed; fd is open for this call.
+    let sent = unsafe {
+        libc::sendto(
+            fd.as_raw_fd(),
+            frame.as_ptr().cast(),
+            frame.len(),
+            0,
+            (&to as *const libc::sockaddr_ll).cast(),
+            std::mem::size_of::<libc::sockaddr_ll>() as u32,
+        )
+    };
+    if sent < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Waits until `decide` finds the SLAAC address of link `index`, reacting to address events.
+pub async fn wait(
+    events: &mut AddrEvents,
+    pod: &Netlink,
+    index: u32,
+    rail: &str,
+    conf: &SlaacConf,
+) -> Result<SlaacAddr> {
+    // The subscription was taken before this dump, so no change between the two is lost.
+    let mut addrs: BTreeMap<Ipv6Addr, Addr6> = pod
+        .addresses6(index)
+        .await?
+        .into_iter()
+        .map(|a| (a.addr, a))
+        .collect();
+    let deadline = tokio::time::Instant::now() + conf.ra_timeout;
+    loop {
+        let now: Vec<Addr6> = addrs.values().copied().collect();
+        match decide(&now, conf) {
+            Decision::Ready(network) => {
+                let router = pod.default_router6(index).await?;
+                return Ok(SlaacAddr { network, router });
+            }
+            Decision::Failed(msg) => return Err(Error::Slaac(format!("rail {rail}: {msg}"))),
+            Decision::Waiting => {}
+        }
+        match tokio::time::timeout_at(deadline, events.next()).await {
+            Ok(Some(AddrEvent::New(a))) if a.index == index => {
+                addrs.insert(a.addr, a);
+            }
+            Ok(Some(AddrEvent::Del(a))) if a.index == index => {
+                addrs.remove(&a.addr);
+            }
+            Ok(Some(_)) => {}
+            Ok(None) => {
+                return Err(Error::Slaac(
+                    "the kernel closed the address event subscription".into(),
+                ))
+            }
+            Err(_elapsed) => {
+                let router = pod.default_router6(index).await.ok().flatten();
+                return Err(Error::Slaac(format!(
+                    "no usable SLAAC address on rail {rail} within {} ms: {}",
+                    conf.ra_timeout.as_millis(),
+                    describe(&now, conf, router)
+                )));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn conf(dad: DadMode, prefix: Option<&str>) -> SlaacConf {
+        SlaacConf {
+            prefix: prefix.map(|p| p.parse().unwrap()),
+            dad,
+            ra_timeout: Duration::from_secs(1),
+        }
+    }
+
+    fn a(addr: &str, prefix: u8, flags: AddressFlags) -> Addr6 {
+        Addr6 {
+            index: 3,
+            addr: addr.parse().unwrap(),
+            prefix,
+            flags,
+        }
+    }
+
+    const NONE: AddressFlags = AddressFlags::empty();
+
+    #[test]
+    fn placeholder_and_link_local_are_never_chosen() {
+        let addrs = [
+            a("fe80::5054:ff:fe00:1", 64, AddressFlags::Permanent),
+            a("fd01:0:0:100::7", 112, AddressFlags::Permanent),
+        ];
+        assert_eq!(
+            decide(&addrs, &conf(DadMode::Wait, None)),
+            Decision::Waiting
+        );
+        let mut more = addrs.to_vec();
+        more.push(a(
+            "2001:db8:1:2:5054:ff:fe00:1",
+            64,
+            AddressFlags::Managetempaddr,
+        ));
+        assert_eq!(
+            decide(&more, &conf(DadMode::Wait, None)),
+            Decision::Ready("2001:db8:1:2:5054:ff:fe00:1/64".parse().unwrap())
+        );
+    }
+
+    #[test]
+    fn wait_mode_needs_dad_done_optimistic_does_not() {
+        let addrs = [a("2001:db8:1:2::1", 64, AddressFlags::Tentative)];
+        assert_eq!(
+            decide(&addrs, &conf(DadMode::Wait, None)),
+            Decision::Waiting
+        );
+        assert!(matches!(
+            decide(&addrs, &conf(DadMode::Optimistic, None)),
+            Decision::Ready(_)
+        ));
+        assert!(matches!(
+            decide(&addrs, &conf(DadMode::Off, None)),
+            Decision::Ready(_)
+        ));
+    }
+
+    #[test]
+    fn dad_failure_is_an_error() {
+        let addrs = [a(
+            "2001:db8:1:2::1",
+            64,
+            AddressFlags::Tentative | AddressFlags::Dadfailed,
+        )];
+        assert!(
+            matches!(decide(&addrs, &conf(DadMode::Wait, None)), Decision::Failed(m) if m.contains("duplicate"))
+        );
+    }
+
+    #[test]
+    fn prefix_filter_picks_among_two_prefixes() {
+        let addrs = [
+            a("2001:db8:aaaa:1::1", 64, NONE),
+            a("2001:db8:bbbb:1::1", 64, NONE),
+        ];
+        assert_eq!(
+            decide(&addrs, &conf(DadMode::Wait, Some("2001:db8:bbbb:1::/64"))),
+            Decision::Ready("2001:db8:bbbb:1::1/64".parse().unwrap())
+        );
+        assert_eq!(
+            decide(&addrs, &conf(DadMode::Wait, Some("2001:db8:cccc::/48"))),
+            Decision::Waiting
+        );
+        let why = describe(
+            &addrs,
+            &conf(DadMode::Wait, Some("2001:db8:cccc::/48")),
+            None,
+        );
+        assert!(why.contains("outside \"prefix\""), "{why}");
+    }
+
+    #[test]
+    fn timeout_explanations() {
+        let c = conf(DadMode::Wait, None);
+        let ll = [a("fe80::1", 64, AddressFlags::Permanent)];
+        assert!(describe(&ll, &c, None).contains("no router advertisement"));
+        assert!(describe(&ll, &c, Some("fe80::99".parse().unwrap())).contains("no prefix"));
+        let tent = [a("2001:db8::1", 64, AddressFlags::Tentative)];
+        assert!(describe(&tent, &c, None).contains("tentative"));
+        assert!(describe(&[], &c, None).contains("disabled"));
+    }
+
+    #[test]
+    fn router_solicitation_frame_is_well_formed() {
+        let f = router_solicitation([0x52, 0x54, 0, 0x12, 0x34, 0x56]);
+        assert_eq!(f.len(), 14 + 40 + 8);
+        assert_eq!(&f[0..6], &[0x33, 0x33, 0, 0, 0, 2]);
+        assert_eq!(&f[12..14], &[0x86, 0xdd]);
+        assert_eq!(f[14 + 6], 58, "next header ICMPv6");
+        assert_eq!(f[14 + 7], 255, "hop limit");
+        assert_eq!(f[54], 133, "router solicitation");
+        // A correct checksum makes the one's-complement sum over pseudo-header + message 0xffff,
+        // i.e. recomputing over the message with its checksum in place gives 0.
+        assert_eq!(
+            icmpv6_checksum(Ipv6Addr::UNSPECIFIED, ALL_ROUTERS, &f[54..]),
+            0
+        );
+    }
+
+    #[test]
+    fn checksum_matches_a_known_value() {
+        // RS from :: to ff02::2, no options: 0xff02 + 0x0002 + 0x0008 (length) + 0x003a (next
+        // header) + 0x8500 (type 133) = 0x18446, folded 0x8447, complemented 0x7bb8.
+        let sum = icmpv6_checksum(
+            Ipv6Addr::UNSPECIFIED,
+            ALL_ROUTERS,
+            &[133, 0, 0, 0, 0, 0, 0, 0],
+        );
+        assert_eq!(sum, 0x7bb8);
+    }
+}
