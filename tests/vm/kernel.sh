@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
-# Fetch and unpack Debian's stock amd64 kernel into a cache outside the repo, and print the
-# directory. The tests must run on a distribution kernel (ipvlan, rdma_rxe and ib_core built the
-# way operators get them), not on whatever the build host runs.
+# Fetch and unpack a Debian amd64 kernel into a cache outside the repo, and print the directory.
+# The tests must run on a distribution kernel (ipvlan, rdma_rxe and ib_core built the way
+# operators get them), not on whatever the build host runs.
+#
+#   VM_KERNEL=default    bookworm's linux-image-amd64, resolved through the system's apt (6.1)
+#   VM_KERNEL=backports  trixie-backports' linux-image-amd64 (7.x), resolved through an isolated
+#                        apt configuration under the cache; the system's sources are not touched.
+#                        Only this kernel's Soft-RoCE carries traffic for an address in a pod's
+#                        netns (docs/traffic.md), so the traffic tests boot it.
 #
 # Layout of the printed directory:
 #   vmlinux                    ELF kernel for QEMU's PVH direct boot
@@ -10,11 +16,42 @@
 set -euo pipefail
 
 cache=${ROCE_VM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/roce-ipvlan}
+kernel=${VM_KERNEL:-default}
+
+apt_opts=()
+case $kernel in
+default) ;;
+backports)
+	# An apt of its own: sources, lists and package cache under $adir, no dpkg status (nothing
+	# is installed from it). Only trixie-backports is listed, so its linux-image-amd64 is the
+	# candidate; the download needs no dependency resolution.
+	adir=$cache/apt-trixie-backports
+	mkdir -p "$adir/lists/partial" "$adir/cache/archives/partial"
+	echo 'deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian trixie-backports main' \
+		>"$adir/sources.list"
+	apt_opts=(-o "Dir::Etc::SourceList=$adir/sources.list" -o Dir::Etc::SourceParts=/dev/null
+		-o "Dir::State::Lists=$adir/lists" -o "Dir::Cache=$adir/cache" -o Dir::State::status=/dev/null)
+	;;
+*) echo "kernel.sh: VM_KERNEL must be 'default' or 'backports', not '$kernel'" >&2; exit 2 ;;
+esac
+
+updated=0
+apt_update() {
+	[[ $kernel == backports ]] || return 0 # the system's lists are the operator's business
+	((updated)) && return 0
+	echo "kernel.sh: apt-get update (isolated, trixie-backports)" >&2
+	apt-get -q "${apt_opts[@]}" update 2>&1 | grep -v 'unsandboxed' >&2 || true
+	updated=1
+}
 
 # Resolve the versioned image package the metapackage points at (never hard-code a version:
 # Debian bumps the ABI in point releases and old packages leave the archive).
-pkg=$(apt-cache depends linux-image-amd64 2>/dev/null |
-	awk '/Depends: linux-image-[0-9].*-amd64$/ {print $2; exit}')
+resolve() {
+	apt-cache "${apt_opts[@]}" depends linux-image-amd64 2>/dev/null |
+		awk '/Depends: linux-image-[0-9].*-amd64$/ {print $2; exit}'
+}
+[[ $kernel == default || -n $(ls "$adir/lists" 2>/dev/null | grep -v partial) ]] || apt_update
+pkg=$(resolve)
 if [[ -z $pkg ]]; then
 	echo "kernel.sh: cannot resolve linux-image-amd64 (run 'apt-get update' first)" >&2
 	exit 1
@@ -25,25 +62,51 @@ if [[ -f $dir/vmlinux && -f $dir/lib/modules/$ver/modules.dep ]]; then
 	echo "$dir"
 	exit 0
 fi
+# About to download: refresh the isolated lists first, since packages leave the archive.
+if [[ $kernel == backports ]]; then
+	apt_update
+	pkg=$(resolve)
+	ver=${pkg#linux-image-}
+	dir=$cache/kernel/$ver
+fi
 
-echo "kernel.sh: fetching $pkg into $dir" >&2
+# Since 6.17 (trixie-backports) linux-image-<ver> is itself almost empty: the image is in
+# linux-binary-<ver>, the modules in linux-modules-<ver>, and modules.builtin/modules.order
+# (which depmod needs) in linux-base-<ver>, all under /usr/lib/modules/<ver>/. Take whichever
+# of them the image package depends on.
+pkgs=("$pkg")
+while read -r dep; do pkgs+=("$dep"); done < <(apt-cache "${apt_opts[@]}" depends "$pkg" 2>/dev/null |
+	awk -v ver="$ver" '$1 == "Depends:" && $2 ~ /^linux-(binary|modules|base)-/ &&
+		substr($2, length($2) - length(ver) + 1) == ver {print $2}')
+
+echo "kernel.sh: fetching ${pkgs[*]} into $dir" >&2
 mkdir -p "$cache"
 tmp=$(mktemp -d "$cache/kernel.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 # apt-get download drops privileges to _apt and warns when that user cannot write the cwd.
-(cd "$tmp" && apt-get download -q "$pkg" 2>&1 | grep -v 'unsandboxed' >&2) || true
-deb=$(ls "$tmp"/"$pkg"_*.deb 2>/dev/null | head -n1)
-[[ -n $deb ]] || { echo "kernel.sh: apt-get download $pkg failed" >&2; exit 1; }
-dpkg-deb -x "$deb" "$tmp/root"
-rm -f "$deb"
+(cd "$tmp" && apt-get download -q "${apt_opts[@]}" "${pkgs[@]}" 2>&1 | grep -v 'unsandboxed' >&2) || true
+for p in "${pkgs[@]}"; do
+	deb=$(ls "$tmp"/"$p"_*.deb 2>/dev/null | head -n1)
+	[[ -n $deb ]] || { echo "kernel.sh: apt-get download $p failed" >&2; exit 1; }
+	dpkg-deb -x "$deb" "$tmp/root"
+	rm -f "$deb"
+done
+# bookworm's packages use /lib/modules and /boot; trixie's /usr/lib/modules/<ver>/ for both.
+if [[ -d $tmp/root/usr/lib/modules/$ver ]]; then
+	mkdir -p "$tmp/root/lib/modules"
+	mv "$tmp/root/usr/lib/modules/$ver" "$tmp/root/lib/modules/$ver"
+fi
+vmlinuz=$tmp/root/boot/vmlinuz-$ver
+[[ -f $vmlinuz ]] || vmlinuz=$tmp/root/lib/modules/$ver/vmlinuz
+[[ -f $vmlinuz ]] || { echo "kernel.sh: no vmlinuz in ${pkgs[*]}" >&2; exit 1; }
 
-# The .deb ships no modules.dep: its postinst runs depmod on the target system.
+# The .deb ships no modules.dep: its postinst runs depmod on the target system. The host's kmod
+# (bookworm: 30, +XZ +ZSTD) reads the 7.x kernel's .ko.xz modules and writes the classic format.
 depmod -b "$tmp/root" "$ver"
 
 # QEMU's -kernel with an ELF image uses PVH direct boot, which skips the bzImage decompressor
 # (much faster under TCG). Find the compressed payload inside the bzImage the way the kernel's
 # scripts/extract-vmlinux does: try each compression magic, keep the first that yields an ELF.
-vmlinuz=$tmp/root/boot/vmlinuz-$ver
 try() { # try <magic-as-printf-escape> <decompressor...>
 	local magic=$1 off
 	shift
@@ -64,6 +127,7 @@ try '\3757zXZ' xz -dc ||
 
 mkdir -p "$tmp/out/lib/modules"
 mv "$tmp/vmlinux" "$tmp/out/vmlinux"
+rm -f "$tmp/root/lib/modules/$ver/vmlinuz"
 mv "$tmp/root/lib/modules/$ver" "$tmp/out/lib/modules/$ver"
 echo "$ver" >"$tmp/out/version"
 rm -rf "$dir"

@@ -14,7 +14,9 @@ export CNI_BIN_DIR=/run/cni/bin CNI_PATH=/run/cni/bin
 vm_modules() {
 	# crc32_generic: rxe computes the RoCE ICRC with the kernel crypto API and nothing pulls
 	# the generic crc32 in on its own, so 'rdma link add ... type rxe' fails without it.
-	modprobe -a virtio_net crc32_generic rdma_rxe ib_uverbs ipvlan
+	# Newer kernels (7.x) have no crc32_generic: rxe calls the crc32 library directly there.
+	modprobe -a virtio_net rdma_rxe ib_uverbs ipvlan
+	if modinfo crc32_generic >/dev/null 2>&1; then modprobe crc32_generic; fi
 }
 
 vm_nic_by_index() { # print the netdev whose MAC says "NIC number $1" (see run.sh)

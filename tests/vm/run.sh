@@ -10,6 +10,7 @@
 #   VM_MEM, VM_SMP   guest memory in MiB (1024) and CPUs (2)
 #   VM_RAILS         names of the Soft-RoCE rails, in NIC order (see lib.sh for the default)
 #   VM_BARE_NICS     names of extra NICs that get no RDMA device
+#   VM_KERNEL        default (bookworm, 6.1) or backports (trixie-backports, 7.x); see kernel.sh
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -61,8 +62,14 @@ for want in virtio_pci 9pnet_virtio 9p overlay; do
 		m=${line%%:*}
 		((i >= 0)) && m=${deps[i]}
 		b=$(basename "$m")
+		# Compressed modules (.ko.xz on 7.x kernels) are unpacked here: busybox's insmod
+		# hands the file to init_module as it is.
+		case $b in
+		*.xz) unpack=(xz -dc) ;; *.zst) unpack=(zstd -dcq) ;; *.gz) unpack=(gzip -dc) ;; *) unpack=(cat) ;;
+		esac
+		b=${b%.ko*}.ko
 		grep -qxF "$b" "$ird/modules.load" && continue
-		cp "$mdir/$m" "$ird/modules/$b"
+		"${unpack[@]}" "$mdir/$m" >"$ird/modules/$b"
 		echo "$b" >>"$ird/modules.load"
 	done
 done
