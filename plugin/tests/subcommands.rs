@@ -1,0 +1,105 @@
+//! The `validate` and `install` subcommands, run as the built binary: exit status and output as
+//! an operator or the installer DaemonSet sees them. No kernel features needed.
+
+use std::fs;
+use std::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_roce-ipvlan");
+
+fn run(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(BIN)
+        .env_remove("CNI_COMMAND")
+        .args(args)
+        .output()
+        .expect("the binary runs");
+    (
+        out.status.code().expect("exited"),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+const GOOD: &str = r#"apiVersion: k8s.cni.cncf.io/v1
+kind: NetworkAttachmentDefinition
+metadata:
+  name: rails
+  annotations:
+    k8s.v1.cni.cncf.io/resourceName: nvidia.com/hostdev
+spec:
+  config: |
+    {"cniVersion": "1.0.0", "name": "rails", "type": "roce-ipvlan",
+     "ipam": {"type": "nv-ipam", "poolName": "p"}}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: other}
+"#;
+
+#[test]
+fn validate_passes_good_files_and_fails_bad_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.yaml");
+    fs::write(&good, GOOD).unwrap();
+    let conf = dir.path().join("rail.conf");
+    fs::write(
+        &conf,
+        r#"{"cniVersion": "1.0.0", "name": "r", "type": "roce-ipvlan", "master": "rdma0",
+            "ipam": {"type": "host-local", "subnet": "10.0.0.0/24"}}"#,
+    )
+    .unwrap();
+    let (code, out, _) = run(&["validate", good.to_str().unwrap(), conf.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("OK    ") && out.contains("deviceID of nvidia.com/hostdev"),
+        "{out}"
+    );
+    assert!(
+        out.contains("skip  ") && out.contains("ConfigMap other"),
+        "{out}"
+    );
+
+    let bad = dir.path().join("bad.yaml");
+    fs::write(
+        &bad,
+        GOOD.replace("\"ipam\"", "\"deviceID\": \"0\", \"ipam\""),
+    )
+    .unwrap();
+    let (code, out, _) = run(&["validate", good.to_str().unwrap(), bad.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("ERROR ") && out.contains("is a counter"),
+        "{out}"
+    );
+
+    assert_eq!(run(&["validate"]).0, 2);
+    let (code, out, _) = run(&["validate", "/nonexistent.yaml"]);
+    assert_eq!(code, 1);
+    assert!(out.contains("cannot read"), "{out}");
+}
+
+#[test]
+fn install_copies_this_binary_and_then_is_up_to_date() {
+    let dir = tempfile::tempdir().unwrap();
+    let to = dir.path().to_str().unwrap();
+    // A private copy: the binary under target/ may be rebuilt while the test runs.
+    let src = tempfile::tempdir().unwrap();
+    let from = src.path().join("roce-ipvlan");
+    fs::copy(BIN, &from).unwrap();
+    let from = from.to_str().unwrap();
+    let (code, out, err) = run(&["install", "--to", to, "--from", from]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.starts_with("installed "), "{out}");
+    let target = dir.path().join("roce-ipvlan");
+    assert_eq!(fs::read(&target).unwrap(), fs::read(from).unwrap());
+    let (code, out, _) = run(&["install", "--to", to, "--from", from]);
+    assert_eq!(code, 0);
+    assert!(out.contains("is up to date"), "{out}");
+    // The installed copy is a working plugin binary.
+    let out = Command::new(&target).arg("--version").output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("roce-ipvlan "));
+
+    let (code, _, err) = run(&["install", "--to", "/nonexistent/dir"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("/nonexistent/dir"), "{err}");
+    assert_eq!(run(&["install", "--bogus"]).0, 2);
+}
