@@ -113,7 +113,7 @@ async fn validate<'a>(env: &'a Env, conf: &'a NetConf) -> Result<Ready<'a>> {
 }
 
 /// The RDMA port whose GID table will hold the child's GID: as configured, or the rail's own.
-fn rdma_port(conf: &NetConf, device: Option<&str>, master: &Link) -> Result<RdmaPort> {
+pub(crate) fn rdma_port(conf: &NetConf, device: Option<&str>, master: &Link) -> Result<RdmaPort> {
     if let Some(device) = device {
         let sysfs = Sysfs::system();
         if !sysfs.device_exists(device) {
@@ -219,7 +219,8 @@ async fn build(r: &Ready<'_>, undo: &mut UndoStack<Step>) -> Result<Value> {
 
     let gid_addr = match (&conf.slaac, events.as_mut()) {
         (Some(slaac_conf), Some(events)) => {
-            slaac::solicit_router(&r.netns, child.index, &child.mac)?;
+            let source = slaac::rs_source(&pod.addresses6(child.index).await?);
+            slaac::solicit_router(&r.netns, child.index, &child.mac, source)?;
             let found = slaac::wait(events, pod, child.index, &r.master.name, slaac_conf).await?;
             let plan = routing::slaac_plan(
                 child.index,

@@ -30,7 +30,15 @@ pub enum Command {
     Del,
     Check,
     Version,
+    /// CNI 1.1: is the plugin ready for ADD? Needs only CNI_PATH.
+    Status,
+    /// CNI 1.1: drop the state of attachments not in `cni.dev/valid-attachments`. Needs only
+    /// CNI_PATH.
+    Gc,
 }
+
+/// The first version with STATUS and GC.
+pub const STATUS_GC_VERSION: &str = "1.1.0";
 
 /// The CNI_* environment, checked for what each command needs.
 #[derive(Debug, Clone)]
@@ -57,9 +65,12 @@ impl Env {
             Some("DEL") => Command::Del,
             Some("CHECK") => Command::Check,
             Some("VERSION") => Command::Version,
+            Some("STATUS") => Command::Status,
+            Some("GC") => Command::Gc,
             Some(other) => {
                 return Err(Error::InvalidEnv(format!(
-                    "CNI_COMMAND={other:?} is not supported: expected ADD, DEL, CHECK or VERSION"
+                    "CNI_COMMAND={other:?} is not supported: expected ADD, DEL, CHECK, VERSION, \
+                     STATUS or GC"
                 )))
             }
             None => {
@@ -87,14 +98,26 @@ impl Env {
                 ))
             })
         };
-        let container_id = required("CNI_CONTAINERID")?;
-        let ifname = required("CNI_IFNAME")?;
-        validate_ifname(&ifname)?;
-        let path = required("CNI_PATH")?
+        let path: Vec<PathBuf> = required("CNI_PATH")?
             .split(':')
             .filter(|p| !p.is_empty())
             .map(PathBuf::from)
             .collect();
+        if matches!(command, Command::Status | Command::Gc) {
+            // The spec passes only CNI_COMMAND and CNI_PATH: these commands concern the
+            // network, not one attachment.
+            return Ok(Env {
+                command,
+                container_id: String::new(),
+                netns: None,
+                ifname: String::new(),
+                path,
+                args: Vec::new(),
+            });
+        }
+        let container_id = required("CNI_CONTAINERID")?;
+        let ifname = required("CNI_IFNAME")?;
+        validate_ifname(&ifname)?;
         let netns = match command {
             Command::Del => var("CNI_NETNS").map(PathBuf::from),
             _ => Some(PathBuf::from(required("CNI_NETNS")?)),
@@ -363,6 +386,19 @@ mod tests {
         let e = env(&vars).unwrap();
         assert_eq!(e.command, Command::Del);
         assert!(e.netns.is_none());
+    }
+
+    #[test]
+    fn status_and_gc_need_only_cni_path() {
+        for (cmd, want) in [("STATUS", Command::Status), ("GC", Command::Gc)] {
+            let e = env(&[("CNI_COMMAND", cmd), ("CNI_PATH", "/opt/cni/bin")]).unwrap();
+            assert_eq!(e.command, want);
+            assert_eq!(e.path, vec![PathBuf::from("/opt/cni/bin")]);
+            assert!(e.netns.is_none() && e.ifname.is_empty());
+            let err = env(&[("CNI_COMMAND", cmd)]).unwrap_err();
+            assert_eq!(err.code(), 4);
+            assert!(err.to_string().contains("CNI_PATH"), "{err}");
+        }
     }
 
     #[test]

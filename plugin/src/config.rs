@@ -220,7 +220,13 @@ impl NetConf {
         if let Some(slaac) = &slaac {
             defaults.extend(sysctl::slaac_defaults(slaac.dad));
         }
-        let sysctls = sysctl::resolve(defaults, &conf.sysctl, ifname)?;
+        // STATUS and GC carry no CNI_IFNAME: per-interface keys cannot be resolved then, and
+        // neither command touches sysctls.
+        let sysctls = if ifname.is_empty() {
+            Vec::new()
+        } else {
+            sysctl::resolve(defaults, &conf.sysctl, ifname)?
+        };
         let rdma = match conf.rdma {
             None => RdmaConf {
                 device: None,

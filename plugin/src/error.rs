@@ -62,6 +62,15 @@ pub enum Error {
     #[error("{0}")]
     CheckFailed(String),
 
+    /// CNI 50 (STATUS): the plugin cannot serve ADD; existing attachments are not affected.
+    #[error("{0}")]
+    Unavailable(String),
+
+    /// CNI 51 (STATUS): the plugin cannot serve ADD, and existing attachments of the network
+    /// may have limited connectivity (their rail or RDMA port is down).
+    #[error("{0}")]
+    UnavailableLimited(String),
+
     /// 109: no usable SLAAC address came from the rail's router advertisements in time.
     #[error("{0}")]
     Slaac(String),
@@ -84,6 +93,8 @@ impl Error {
             Error::Decode(_) => 6,
             Error::InvalidConfig(_) => 7,
             Error::TryAgainLater(_) => 11,
+            Error::Unavailable(_) => 50,
+            Error::UnavailableLimited(_) => 51,
             Error::Rail(_) => 100,
             Error::NoRdmaPort(_) => 101,
             Error::Netlink { .. } => 102,
@@ -171,6 +182,8 @@ mod tests {
             (Error::Decode("x".into()), 6),
             (Error::InvalidConfig("x".into()), 7),
             (Error::TryAgainLater("x".into()), 11),
+            (Error::Unavailable("x".into()), 50),
+            (Error::UnavailableLimited("x".into()), 51),
             (Error::Rail("x".into()), 100),
             (Error::NoRdmaPort("x".into()), 101),
             (Error::Ipam("x".into()), 103),

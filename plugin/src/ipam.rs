@@ -16,6 +16,16 @@ use crate::cni::{self, CniResult, Env};
 use crate::config::NetConf;
 use crate::error::{Error, Result};
 
+/// What became of a STATUS or GC for the IPAM plugin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Delegated {
+    Forwarded,
+    /// The IPAM plugin does not list 1.1.0; these are the versions it does list.
+    Skipped {
+        supported: Vec<String>,
+    },
+}
+
 pub struct Ipam<'a> {
     env: &'a Env,
     conf: &'a NetConf,
@@ -75,6 +85,38 @@ impl<'a> Ipam<'a> {
         self.call("DEL", prev).map(drop)
     }
 
+    /// STATUS for the IPAM plugin (the spec: a plugin MUST pass STATUS to its delegates and
+    /// return their error). Only sent when the IPAM plugin lists 1.1.0 in its VERSION answer:
+    /// older ones (Debian's host-local 1.1.1 stops at 1.0.0) know no STATUS and would fail it.
+    pub fn status(&self) -> Result<Delegated> {
+        self.forward_1_1("STATUS")
+    }
+
+    /// GC for the IPAM plugin, with the configuration (and so `cni.dev/valid-attachments`) as
+    /// the runtime sent it; only when the IPAM plugin speaks 1.1.0, as for STATUS.
+    pub fn gc(&self) -> Result<Delegated> {
+        self.forward_1_1("GC")
+    }
+
+    fn forward_1_1(&self, command: &str) -> Result<Delegated> {
+        let theirs = self.supported_versions()?;
+        if !theirs.iter().any(|v| v == cni::STATUS_GC_VERSION) {
+            tracing::info!(
+                ipam = self.kind,
+                supported = ?theirs,
+                "IPAM plugin does not speak CNI 1.1.0, so it has no {command}; not forwarded"
+            );
+            return Ok(Delegated::Skipped { supported: theirs });
+        }
+        self.exec(command, cni::STATUS_GC_VERSION, None)?;
+        Ok(Delegated::Forwarded)
+    }
+
+    /// Whether a failure of the IPAM plugin carried CNI code `code`.
+    pub fn failed_with(e: &Error, code: u32) -> bool {
+        matches!(e, Error::Ipam(msg) if msg.contains(&format!("(code {code})")))
+    }
+
     fn call(&self, command: &str, prev: Option<&CniResult>) -> Result<Value> {
         match self.exec(command, &self.conf.cni_version, prev) {
             Err(e @ Error::Ipam(_)) if self.incompatible_version(&e) => {
@@ -94,16 +136,21 @@ impl<'a> Ipam<'a> {
         matches!(e, Error::Ipam(msg) if msg.contains("(code 1)"))
     }
 
-    /// The highest version both this plugin and the IPAM plugin support.
-    fn negotiate(&self) -> Result<String> {
+    /// The versions the IPAM plugin lists in its VERSION answer.
+    fn supported_versions(&self) -> Result<Vec<String>> {
         let reply = self.run(
             "VERSION",
             serde_json::json!({"cniVersion": self.conf.cni_version}),
         )?;
-        let theirs: Vec<String> = reply
+        Ok(reply
             .get("supportedVersions")
             .and_then(|v| serde_json::from_value(v.clone()).ok())
-            .unwrap_or_default();
+            .unwrap_or_default())
+    }
+
+    /// The highest version both this plugin and the IPAM plugin support.
+    fn negotiate(&self) -> Result<String> {
+        let theirs = self.supported_versions()?;
         cni::SUPPORTED_VERSIONS
             .iter()
             .rev()
@@ -174,7 +221,7 @@ impl<'a> Ipam<'a> {
                 self.kind, command, &stdout, &stderr,
             )));
         }
-        if command == "DEL" || command == "CHECK" {
+        if matches!(command, "DEL" | "CHECK" | "STATUS" | "GC") {
             return Ok(Value::Null);
         }
         serde_json::from_str(&stdout).map_err(|e| {

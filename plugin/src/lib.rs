@@ -13,6 +13,7 @@ pub mod del;
 pub mod device_info;
 pub mod diagnose;
 pub mod error;
+pub mod gc;
 pub mod install;
 pub mod ipam;
 pub mod logging;
@@ -22,6 +23,7 @@ pub mod rail;
 pub mod rdma;
 pub mod routing;
 pub mod slaac;
+pub mod status;
 pub mod sysctl;
 pub mod undo;
 pub mod validate;
@@ -96,6 +98,8 @@ fn dispatch(env: &Env, stdin: &[u8]) -> Result<Option<Value>> {
             Command::Add => add::add(env, &conf).await.map(Some),
             Command::Del => del::del(env, &conf).await.map(|()| None),
             Command::Check => check::check(env, &conf).await.map(|()| None),
+            Command::Status => status::status(env, &conf).await.map(|()| None),
+            Command::Gc => gc::gc(env, &conf).await.map(|()| None),
             Command::Version => unreachable!("handled above"),
         }
     })

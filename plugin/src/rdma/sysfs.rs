@@ -54,6 +54,14 @@ impl Sysfs {
         self.device_dir(device).is_ok_and(|dir| dir.exists())
     }
 
+    /// The port's state as sysfs prints it, e.g. `4: ACTIVE` or `1: DOWN` (`ports/<p>/state`).
+    pub fn port_state(&self, port: &RdmaPort) -> io::Result<String> {
+        let path = self.port_dir(port)?.join("state");
+        fs::read_to_string(&path)
+            .map(|s| s.trim().to_string())
+            .map_err(|e| with_path(e, &path))
+    }
+
     /// The port numbers of `device`, ascending.
     pub fn ports(&self, device: &str) -> io::Result<Vec<u32>> {
         numbered_entries(&self.device_dir(device)?.join("ports"))

@@ -156,3 +156,63 @@ verify_gone() {
 host_local_ips() { # host_local_ips NETNAME: allocated addresses (file names that are IPs)
 	ls /var/lib/cni/networks/"$1" 2>/dev/null | grep -E '^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+$' || true
 }
+
+cni_code() { jq -r '.code // empty' <<<"$1" 2>/dev/null || true; }
+
+# fake_ipam NAME MODE: an IPAM plugin at $CNI_BIN_DIR/NAME for fault and STATUS/GC tests. Every
+# call appends "COMMAND CONTAINERID IFNAME" to /run/fake-ipam/NAME.log and saves its stdin as
+# /run/fake-ipam/NAME.COMMAND.json. ADD/DEL are delegated to the real host-local (so
+# allocations show under /var/lib/cni/networks/<name>/) except where MODE says otherwise:
+#   v11      VERSION lists 1.1.0; STATUS/GC succeed unless /run/fake-ipam/NAME.fail holds a
+#            CNI code, which they then fail with
+#   fail     ADD fails with CNI error 11 "pool exhausted (fake)"
+#   garbage  ADD prints something that is not JSON and exits 0
+#   noips    ADD prints a result with no ips
+#   killns   ADD allocates, deletes the pod's netns (ip netns del), then returns the address
+#   slow     ADD allocates, writes its pid to /run/fake-ipam/NAME.pid, sleeps 60 s, returns
+fake_ipam() {
+	local name=$1 mode=$2
+	mkdir -p /run/fake-ipam
+	rm -f "/run/fake-ipam/$name".*
+	cat >"$CNI_BIN_DIR/$name" <<-SCRIPT
+		#!/bin/bash
+		set -u
+		in=\$(cat)
+		state=/run/fake-ipam/$name
+		echo "\$CNI_COMMAND \${CNI_CONTAINERID:-} \${CNI_IFNAME:-}" >>"\$state.log"
+		printf '%s' "\$in" >"\$state.\$CNI_COMMAND.json"
+		v=\$(jq -r '.cniVersion // "1.0.0"' <<<"\$in")
+		hl() { jq '.ipam.type = "host-local" | .cniVersion = (if .cniVersion == "1.1.0" then "1.0.0" else .cniVersion end)' <<<"\$in" | $CNI_BIN_DIR/host-local; }
+		err() { printf '{"cniVersion":"%s","code":%s,"msg":"%s"}\n' "\$v" "\$1" "\$2"; exit 1; }
+		case "\$CNI_COMMAND/$mode" in
+		VERSION/v11) echo '{"cniVersion":"1.1.0","supportedVersions":["0.4.0","1.0.0","1.1.0"]}' ;;
+		VERSION/*) echo '{"cniVersion":"1.0.0","supportedVersions":["0.4.0","1.0.0"]}' ;;
+		STATUS/*|GC/*) [[ -s \$state.fail ]] && err "\$(cat "\$state.fail")" "fake IPAM is not ready" ; exit 0 ;;
+		ADD/fail) err 11 "pool exhausted (fake)" ;;
+		ADD/garbage) echo "this is not JSON" ;;
+		ADD/noips) echo "{\"cniVersion\":\"\$v\",\"ips\":[]}" ;;
+		ADD/killns) out=\$(hl) || { echo "\$out"; exit 1; }; ip netns del "\$(basename "\$CNI_NETNS")"; echo "\$out" ;;
+		ADD/slow) out=\$(hl) || { echo "\$out"; exit 1; }; echo \$\$ >"\$state.pid"; sleep 60; echo "\$out" ;;
+		*) hl ;;
+		esac
+	SCRIPT
+	chmod +x "$CNI_BIN_DIR/$name"
+}
+
+# pod_links POD: the pod's links other than lo, space-separated ("" when none)
+pod_links() { in_pod "$1" ip -o link show | awk -F': ' '$2 != "lo" {sub(/@.*/, "", $2); printf "%s ", $2}'; }
+
+# pod_rules POD: the pod's source rules into per-child tables (10000+ifindex), IPv4 and IPv6
+pod_rules() { { in_pod "$1" ip -4 rule show; in_pod "$1" ip -6 rule show; } | grep -E 'lookup 1[0-9]{4}' || true; }
+
+# host_snapshot: what a failed or killed ADD must never change in the host namespace: its links
+# and their IPvlan children, its rules, and the rails' and the host's IPv4 conf sysctls.
+host_snapshot() {
+	ip -o link show | awk -F': ' '{sub(/@.*/, "", $2); print $2}' | sort
+	ip -4 rule show
+	ip -6 rule show
+	local f
+	for f in /proc/sys/net/ipv4/conf/{all,default,rdma0,rdma1,rdma2,rdma3}/{rp_filter,arp_ignore,arp_announce,arp_filter,accept_local}; do
+		[[ -e $f ]] && echo "$f=$(cat "$f")"
+	done
+}
