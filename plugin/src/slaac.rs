@@ -3,9 +3,12 @@
 //!
 //! Without help the kernel sends its first router solicitation only after link-local DAD has
 //! finished (about 1 s, after a random delay of up to 1 s). The plugin sends one right after
-//! the link comes up, from the unspecified address (RFC 4861 §4.1 allows it while no address is
-//! usable yet; the router then answers by multicast), so the advertisement, and with it the
-//! SLAAC address, arrives in milliseconds. The kernel's own solicitations still follow.
+//! the link comes up. Its source is the link-local address when that is already usable
+//! (optimistic DAD, or DAD off): the router then answers by unicast at once. Otherwise it is the
+//! unspecified address (RFC 4861 §4.1 allows it while no address is usable; no source
+//! link-layer option then), and the router answers by multicast, which RFC 4861 paces to one
+//! per MIN_DELAY_BETWEEN_RAS (3 s) per interface. The kernel's own solicitation still follows
+//! once link-local DAD is done. RFC 4429 §3.2 allows an optimistic source without the option.
 
 use std::collections::BTreeMap;
 use std::net::Ipv6Addr;
@@ -73,6 +76,18 @@ fn is_slaac_candidate(a: &Addr6, conf: &SlaacConf) -> bool {
     global && !a.flags.contains(AddressFlags::Permanent) && in_prefix
 }
 
+/// The source for the plugin's router solicitation: a link-local address that may already be
+/// used (DAD done or off, or optimistic), else `None` for `::`.
+pub fn rs_source(addrs: &[Addr6]) -> Option<Ipv6Addr> {
+    addrs
+        .iter()
+        .filter(|a| a.addr.is_unicast_link_local())
+        .find(|a| {
+            !a.flags.contains(AddressFlags::Tentative) || a.flags.contains(AddressFlags::Optimistic)
+        })
+        .map(|a| a.addr)
+}
+
 /// What was seen when no usable address came: for the timeout message.
 pub fn describe(addrs: &[Addr6], conf: &SlaacConf, router: Option<Ipv6Addr>) -> String {
     let list = |f: &dyn Fn(&Addr6) -> bool| {
@@ -121,15 +136,21 @@ pub fn describe(addrs: &[Addr6], conf: &SlaacConf, router: Option<Ipv6Addr>) -> 
     }
 }
 
-/// Sends one router solicitation on link `ifindex` of the namespace, from `::`.
-pub fn solicit_router(netns: &Netns, ifindex: u32, mac: &[u8]) -> Result<()> {
+/// Sends one router solicitation on link `ifindex` of the namespace, from `src` (`::` if
+/// `None`).
+pub fn solicit_router(
+    netns: &Netns,
+    ifindex: u32,
+    mac: &[u8],
+    src: Option<Ipv6Addr>,
+) -> Result<()> {
     let mac: [u8; 6] = mac.try_into().map_err(|_| {
         Error::Slaac(format!(
             "the child has a {}-byte link address, expected an Ethernet MAC",
             mac.len()
         ))
     })?;
-    let frame = router_solicitation(mac);
+    let frame = router_solicitation(mac, src.unwrap_or(Ipv6Addr::UNSPECIFIED));
     netns
         .run(|| send_frame(ifindex, &frame))?
         .map_err(|e| Error::io("cannot send a router solicitation", e))
@@ -138,9 +159,10 @@ pub fn solicit_router(netns: &Netns, ifindex: u32, mac: &[u8]) -> Result<()> {
 const ETH_P_IPV6: u16 = 0x86dd;
 const ALL_ROUTERS: Ipv6Addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 2);
 
-/// An Ethernet frame carrying an ICMPv6 router solicitation from `::` to ff02::2, without a
-/// source link-layer option (which RFC 4861 forbids with an unspecified source).
-pub fn router_solicitation(src_mac: [u8; 6]) -> Vec<u8> {
+/// An Ethernet frame carrying an ICMPv6 router solicitation from `src` to ff02::2, without a
+/// source link-layer option (RFC 4861 forbids it with the unspecified source, RFC 4429 with an
+/// optimistic one).
+pub fn router_solicitation(src_mac: [u8; 6], src: Ipv6Addr) -> Vec<u8> {
     let icmp = [133u8, 0, 0, 0, 0, 0, 0, 0];
     let mut f = Vec::with_capacity(62);
     f.extend_from_slice(&[0x33, 0x33, 0, 0, 0, 2]); // IPv6 multicast MAC of ff02::2
@@ -150,9 +172,9 @@ pub fn router_solicitation(src_mac: [u8; 6]) -> Vec<u8> {
     f.extend_from_slice(&(icmp.len() as u16).to_be_bytes());
     f.push(58); // ICMPv6
     f.push(255); // hop limit: receivers drop neighbour discovery with any other value
-    f.extend_from_slice(&Ipv6Addr::UNSPECIFIED.octets());
+    f.extend_from_slice(&src.octets());
     f.extend_from_slice(&ALL_ROUTERS.octets());
-    let sum = icmpv6_checksum(Ipv6Addr::UNSPECIFIED, ALL_ROUTERS, &icmp);
+    let sum = icmpv6_checksum(src, ALL_ROUTERS, &icmp);
     let mut icmp = icmp;
     icmp[2..4].copy_from_slice(&sum.to_be_bytes());
     f.extend_from_slice(&icmp);
@@ -372,7 +394,7 @@ mod tests {
 
     #[test]
     fn router_solicitation_frame_is_well_formed() {
-        let f = router_solicitation([0x52, 0x54, 0, 0x12, 0x34, 0x56]);
+        let f = router_solicitation([0x52, 0x54, 0, 0x12, 0x34, 0x56], Ipv6Addr::UNSPECIFIED);
         assert_eq!(f.len(), 14 + 40 + 8);
         assert_eq!(&f[0..6], &[0x33, 0x33, 0, 0, 0, 2]);
         assert_eq!(&f[12..14], &[0x86, 0xdd]);

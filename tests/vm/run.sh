@@ -79,7 +79,7 @@ done
 {
 	echo "export ROCE_REPO=$(printf %q "$repo") ROCE_KDIR=$(printf %q "$kdir") ROCE_KVER=$kver"
 	echo "export ROCE_IPVLAN_BIN=$(printf %q "$plugin") CNIDRIVER=$(printf %q "$cnidriver")"
-	echo "export VM_RAILS=$(printf %q "$rails") VM_BARE_NICS=$(printf %q "$bare")"
+	echo "export VM_RAILS=$(printf %q "$rails") VM_BARE_NICS=$(printf %q "$bare") VM_VERBOSE=$(printf %q "${VM_VERBOSE:-}")"
 	printf 'cd %q\n' "$repo"
 	printf 'exec bash %q' "$here/guest.sh"
 	printf ' %q' "$@"
