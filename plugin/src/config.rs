@@ -326,9 +326,11 @@ fn slaac_conf(v6: RawIpv6) -> Result<SlaacConf> {
         None | Some("wait") => DadMode::Wait,
         Some("optimistic") => DadMode::Optimistic,
         Some("off") => DadMode::Off,
-        Some(other) => return bad(format!(
+        Some(other) => {
+            return bad(format!(
             "\"ipv6.dad\" {other:?} is unknown: use \"wait\" (default), \"optimistic\" or \"off\""
-        )),
+        ))
+        }
     };
     let ms = v6
         .ra_timeout_ms
