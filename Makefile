@@ -11,6 +11,8 @@
 #   make image     container image of deploy/Containerfile (needs podman, or docker with an engine)
 #   make vm-shell  interactive shell in the VM, rails and rxe devices set up
 #   make demo      attach a pod to 4 Soft-RoCE rails, show result and GIDs, detach
+#   make bench     release build, then roce-ipvlan vs the ipvlan+tuning+sbr chain in a 16-rail VM;
+#                  rewrites docs/benchmarks.md and docs/bench/ (bench/run.sh); not part of `make test`
 #   make deps      apt-get install what is missing from tests/vm/packages.txt (needs root)
 #
 # The VM tests use the debug build: it compiles much faster than the size-optimised, LTO'd
@@ -63,6 +65,10 @@ vm-shell:
 
 demo: deps build
 	tests/vm/run.sh tests/vm/demo.sh
+
+.PHONY: bench
+bench:
+	bench/run.sh
 
 deps:
 	@missing=$$(for p in $(PACKAGES); do \

@@ -24,6 +24,9 @@
 //     executing the plugin directly (tests/vm/lib.sh: cni_exec);
 //   - it converts results to its own types, so extension keys such as the plugin's "roce"
 //     object are dropped; the direct-exec path shows the raw stdout.
+//
+// CNIDRIVER_TIMING=FILE appends "VERB NANOSECONDS" for the libcni call alone (the plugins'
+// exec and work, without this driver's own start-up) to FILE; make bench uses it.
 package main
 
 import (
@@ -35,6 +38,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/invoke"
@@ -211,6 +215,15 @@ func main() {
 	cni := libcni.NewCNIConfigWithCacheDir(paths, *cacheDir, nil)
 	rt := &libcni.RuntimeConf{ContainerID: *containerID, NetNS: netns, IfName: *ifname, Args: args}
 	ctx := context.Background()
+	if path := os.Getenv("CNIDRIVER_TIMING"); path != "" {
+		start := time.Now()
+		defer func() {
+			if f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
+				fmt.Fprintf(f, "%s %d\n", verb, time.Since(start).Nanoseconds())
+				f.Close()
+			}
+		}()
+	}
 
 	switch verb {
 	case "add":

@@ -43,8 +43,10 @@ vm_rails() {
 		i=$((i + 1))
 	done
 	# The peer NIC of rail i (same QEMU hub) becomes peer<i>; tests move it where they need it.
+	local -a rails
+	read -r -a rails <<<"$VM_RAILS"
 	i=0
-	for name in $VM_RAILS; do
+	for name in "${rails[@]:0:${VM_PEERS:-${#rails[@]}}}"; do
 		for tries in $(seq 50); do dev=$(vm_nic_by_mac "$(printf '52:54:00:0b:00:%02x' "$i")") && break; sleep 0.1; done
 		[[ -n ${dev:-} ]] || { echo "vm: peer NIC of $name not found" >&2; return 1; }
 		[[ $dev == "peer$i" ]] || ip link set dev "$dev" name "peer$i"

@@ -10,6 +10,8 @@
 #   VM_MEM, VM_SMP   guest memory in MiB (1024) and CPUs (2)
 #   VM_RAILS         names of the Soft-RoCE rails, in NIC order (see lib.sh for the default)
 #   VM_BARE_NICS     names of extra NICs that get no RDMA device
+#   VM_PEERS         how many rails (the first N) get a peer NIC (default: all); QEMU's PCI bus
+#                    has 32 slots, so 16 rails fit only with few peers (make bench uses 4)
 #   VM_KERNEL        default (bookworm, 6.1) or backports (trixie-backports, 7.x); see kernel.sh
 set -euo pipefail
 
@@ -24,6 +26,8 @@ if [[ ${1:-} == --interactive ]]; then interactive=1; shift; fi
 # nothing in the plugin may assume the rdmaN pattern. The bare NIC has no rxe device (error 104).
 rails=${VM_RAILS:-rdma0 rdma1 rdma2 rdma3 ens1f0np0}
 bare=${VM_BARE_NICS:-ens2f0np0}
+read -r -a rail_list <<<"$rails"
+peers=${VM_PEERS:-${#rail_list[@]}}
 plugin=${ROCE_IPVLAN_BIN:-$repo/target/debug/roce-ipvlan}
 [[ $plugin == /* ]] || plugin=$PWD/$plugin
 
@@ -79,7 +83,7 @@ done
 {
 	echo "export ROCE_REPO=$(printf %q "$repo") ROCE_KDIR=$(printf %q "$kdir") ROCE_KVER=$kver"
 	echo "export ROCE_IPVLAN_BIN=$(printf %q "$plugin") CNIDRIVER=$(printf %q "$cnidriver")"
-	echo "export VM_RAILS=$(printf %q "$rails") VM_BARE_NICS=$(printf %q "$bare") VM_VERBOSE=$(printf %q "${VM_VERBOSE:-}")"
+	echo "export VM_RAILS=$(printf %q "$rails") VM_BARE_NICS=$(printf %q "$bare") VM_VERBOSE=$(printf %q "${VM_VERBOSE:-}") VM_PEERS=$peers"
 	printf 'cd %q\n' "$repo"
 	printf 'exec bash %q' "$here/guest.sh"
 	printf ' %q' "$@"
@@ -100,7 +104,7 @@ done
 # A second NIC on each rail's hub: the other end of the rail's L2 segment (a rail router with
 # radvd, or a peer node), named peerN in the VM and left down in the initial namespace.
 j=0
-for name in $rails; do
+for name in "${rail_list[@]:0:peers}"; do
 	mac=$(printf '52:54:00:0b:00:%02x' "$j")
 	nics+=(-netdev "hubport,id=p$j,hubid=$j" -device "virtio-net-pci,netdev=p$j,mac=$mac,romfile=")
 	j=$((j + 1))

@@ -1,0 +1,444 @@
+#!/usr/bin/env python3
+"""Benchmark body, run inside the test VM by bench/run.sh (tests/vm/run.sh bench/guest.py).
+
+Measures roce-ipvlan against Debian's reference chain (ipvlan + tuning + sbr, host-local IPAM)
+on the same kernel, rails and libcni driver (tests/cnidriver), A/B interleaved, and prints one
+JSON document on a line starting with "@@BENCH-JSON " for the host side (bench/report.py).
+
+Sizes come from the environment (BENCH_PODS, BENCH_CONC, BENCH_V6_TRIALS, ...) so the bench
+can be developed with small ones; bench/run.sh sets the published sizes.
+"""
+
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from datetime import datetime
+
+RAILS = os.environ["VM_RAILS"].split()
+PEERS = int(os.environ.get("VM_PEERS", "0"))
+CNI_BIN = os.environ.get("CNI_BIN_DIR", "/run/cni/bin")
+PODS = int(os.environ.get("BENCH_PODS", "6"))
+SCALE_RAILS = [int(x) for x in os.environ.get("BENCH_SCALE_RAILS", "1 4 16").split()]
+SCALE_PODS = int(os.environ.get("BENCH_SCALE_PODS", "5"))
+CONC = [int(x) for x in os.environ.get("BENCH_CONC", "1 8 32").split()]
+CONC_ROUNDS = int(os.environ.get("BENCH_CONC_ROUNDS", "2"))
+V6_TRIALS = int(os.environ.get("BENCH_V6_TRIALS", "5"))
+RSS_RUNS = int(os.environ.get("BENCH_RSS_RUNS", "3"))
+WORK = "/run/bench"
+TIMING = f"{WORK}/libcni-timing"
+IMPLS = ("roce", "chain")
+SYSCTLS = {  # the plugin's defaults (docs/configuration.md), given to tuning for the chain
+    "net.ipv4.conf.all.rp_filter": "0",
+    "net.ipv4.conf.IFNAME.arp_announce": "2",
+    "net.ipv4.conf.IFNAME.arp_filter": "1",
+    "net.ipv4.conf.IFNAME.arp_ignore": "1",
+    "net.ipv4.conf.IFNAME.rp_filter": "0",
+    "net.ipv4.conf.IFNAME.accept_local": "1",
+}
+
+
+def log(msg):
+    print(f"bench: {msg}", flush=True)
+
+
+def sh(*args, check=True, env=None, **kw):
+    return subprocess.run(args, check=check, env=env, capture_output=True, text=True, **kw)
+
+
+def write_json(path, obj):
+    with open(path, "w") as f:
+        json.dump(obj, f)
+    return path
+
+
+# --- configurations ---
+def conflist(impl, rail_idx, ipam_type="host-local", tag="v4"):
+    rail = RAILS[rail_idx]
+    if impl == "roce":
+        subnet = f"10.20.{rail_idx}.0/24"
+        plugins = [{"type": "roce-ipvlan", "master": rail, "mode": "l2",
+                    "ipam": {"type": ipam_type, "subnet": subnet}}]
+    else:
+        subnet = f"10.21.{rail_idx}.0/24"
+        plugins = [{"type": "ipvlan", "master": rail, "mode": "l2",
+                    "ipam": {"type": ipam_type, "subnet": subnet}},
+                   {"type": "tuning", "sysctl": SYSCTLS},
+                   {"type": "sbr"}]
+    return write_json(f"{WORK}/{impl}-{tag}-{rail_idx}.conflist",
+                      {"cniVersion": "1.0.0", "name": f"bench-{impl}-{tag}-{rail_idx}",
+                       "plugins": plugins})
+
+
+def new_pod(name, v6=True):
+    sh("ip", "netns", "del", name, check=False)
+    sh("ip", "netns", "add", name)
+    sh("ip", "-n", name, "link", "set", "lo", "up")
+    if not v6:
+        sh("ip", "netns", "exec", name, "sysctl", "-qw",
+           "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1")
+
+
+def del_pod(name):
+    sh("ip", "netns", "del", name, check=False)
+
+
+def driver_env(cni_path=CNI_BIN):
+    env = dict(os.environ, CNI_PATH=cni_path, CNIDRIVER_TIMING=TIMING)
+    return env
+
+
+def read_timing():
+    """The libcni call's own duration (ns) from the driver's last line."""
+    with open(TIMING) as f:
+        return int(f.read().split()[-1]) / 1e6
+
+
+def driver(verb, conf, pod, ifname, cid, env):
+    """One cnidriver call; returns (wall ms, libcni ms)."""
+    t0 = time.perf_counter()
+    r = subprocess.run(["cnidriver", verb, conf, f"/run/netns/{pod}", "--ifname", ifname,
+                        "--container-id", cid], env=env, capture_output=True, text=True)
+    wall = (time.perf_counter() - t0) * 1e3
+    if r.returncode != 0:
+        raise RuntimeError(f"cnidriver {verb} {conf} {pod} {ifname}: {r.stdout} {r.stderr}")
+    return wall, read_timing()
+
+
+# --- IPv4: sequential pods (Multus order: ADD rail by rail, DEL in reverse) ---
+def pod_cycle(impl, pod, nrails, env):
+    new_pod(pod)
+    rows = []
+    confs = [conflist(impl, i) for i in range(nrails)]
+    t0 = time.perf_counter()
+    for i in range(nrails):
+        w, l = driver("add", confs[i], pod, f"net{i + 1}", pod, env)
+        rows.append({"impl": impl, "op": "add", "rail": i, "wall_ms": w, "libcni_ms": l})
+    add_total = (time.perf_counter() - t0) * 1e3
+    t0 = time.perf_counter()
+    for i in reversed(range(nrails)):
+        w, l = driver("del", confs[i], pod, f"net{i + 1}", pod, env)
+        rows.append({"impl": impl, "op": "del", "rail": i, "wall_ms": w, "libcni_ms": l})
+    del_total = (time.perf_counter() - t0) * 1e3
+    del_pod(pod)
+    return rows, add_total, del_total
+
+
+def bench_rails(nrails, npods):
+    """npods pods per implementation, A/B interleaved (ABBA order so drift cancels)."""
+    per_op, totals = [], []
+    env = driver_env()
+    for k in range(npods):
+        order = IMPLS if k % 2 == 0 else IMPLS[::-1]
+        for impl in order:
+            rows, a, d = pod_cycle(impl, f"b{impl}{k}", nrails, env)
+            for r in rows:
+                r.update(pod=k, rails=nrails)
+            per_op += rows
+            totals.append({"impl": impl, "pod": k, "rails": nrails, "add_ms": a, "del_ms": d})
+        log(f"{nrails} rails, pod {k + 1}/{npods} done")
+    return per_op, totals
+
+
+# --- concurrency: N pods at once, one attachment each, rails round-robin ---
+def bench_concurrency():
+    out = []
+    env = driver_env()
+    for n in CONC:
+        for rnd in range(CONC_ROUNDS):
+            order = IMPLS if rnd % 2 == 0 else IMPLS[::-1]
+            for impl in order:
+                pods = [f"c{impl}{j}" for j in range(n)]
+                for p in pods:
+                    new_pod(p)
+                confs = [conflist(impl, j % len(RAILS)) for j in range(n)]
+                for verb in ("add", "del"):
+                    procs = []
+                    t0 = time.perf_counter()
+                    for j, p in enumerate(pods):
+                        e = dict(env, CNIDRIVER_TIMING=f"{TIMING}-{j}")
+                        procs.append((time.perf_counter(), subprocess.Popen(
+                            ["cnidriver", verb, confs[j], f"/run/netns/{p}", "--ifname", "net1",
+                             "--container-id", p], env=e, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)))
+                    lat = []
+                    for j, (ts, pr) in enumerate(procs):
+                        so, se = pr.communicate()
+                        if pr.returncode != 0:
+                            raise RuntimeError(f"concurrent {verb} {impl} {j}: {so} {se}")
+                        with open(f"{TIMING}-{j}") as f:
+                            lat.append(int(f.read().split()[-1]) / 1e6)
+                        os.unlink(f"{TIMING}-{j}")
+                    batch = (time.perf_counter() - t0) * 1e3
+                    out.append({"impl": impl, "op": verb, "pods": n, "round": rnd,
+                                "batch_ms": batch, "per_attachment_ms": batch / n,
+                                "libcni_median_ms": statistics.median(lat),
+                                "libcni_max_ms": max(lat)})
+                for p in pods:
+                    del_pod(p)
+            log(f"concurrency {n}, round {rnd + 1}/{CONC_ROUNDS} done")
+    return out
+
+
+# --- peak RSS and CPU time per process, through /usr/bin/time wrappers ---
+STUB_IPAM = """#!/bin/busybox sh
+# IPAM stub for the RSS pass: a static busybox shell (about 1 MiB), so the parent's
+# ru_maxrss (which includes its children's) is the plugin's own.
+while read -r _; do :; done
+n=${CNI_IFNAME#net}
+case $CNI_COMMAND in
+ADD) printf '{"cniVersion":"1.0.0","ips":[{"address":"10.30.%s.%s/24"}]}' "$n" "${CNI_CONTAINERID#rss}" ;;
+VERSION) printf '{"cniVersion":"1.0.0","supportedVersions":["0.4.0","1.0.0"]}' ;;
+esac
+"""
+
+
+def bench_rusage():
+    wrap = f"{WORK}/wrap"
+    os.makedirs(wrap, exist_ok=True)
+    usage = f"{WORK}/rusage"
+    for name in ("roce-ipvlan", "ipvlan", "tuning", "sbr", "host-local"):
+        with open(f"{wrap}/{name}", "w") as f:
+            f.write(f'#!/bin/sh\nexec /usr/bin/time -a -o {usage} -f "{name} $CNI_COMMAND %M %U %S %e" '
+                    f'{CNI_BIN}/{name} "$@"\n')
+        os.chmod(f"{wrap}/{name}", 0o755)
+    with open(f"{wrap}/stub-ipam", "w") as f:
+        f.write(STUB_IPAM)
+    os.chmod(f"{wrap}/stub-ipam", 0o755)
+    env = driver_env(wrap)
+    rows = []
+
+    def collect(kind, impl):
+        if not os.path.exists(usage):
+            return
+        with open(usage) as f:
+            for line in f:
+                p = line.split()
+                if len(p) == 6 and p[1] in ("ADD", "DEL"):
+                    rows.append({"pass": kind, "impl": impl, "proc": p[0], "cmd": p[1],
+                                 "maxrss_kib": int(p[2]), "user_s": float(p[3]),
+                                 "sys_s": float(p[4]), "wall_s": float(p[5])})
+        os.unlink(usage)
+
+    for k in range(RSS_RUNS):
+        for impl in (IMPLS if k % 2 == 0 else IMPLS[::-1]):
+            for kind, ipam in (("host-local", "host-local"), ("stub", "stub-ipam")):
+                pod = f"rss{k}"
+                new_pod(pod)
+                conf = conflist(impl, 0, ipam_type=ipam, tag=f"rss-{kind}")
+                driver("add", conf, pod, "net1", pod, env)
+                driver("del", conf, pod, "net1", pod, env)
+                del_pod(pod)
+                collect(kind, impl)
+    return rows
+
+
+# --- IPv6 SLAAC ---
+def start_router(n):
+    rtr = f"rtr{n}"
+    sh("ip", "netns", "add", rtr)
+    sh("ip", "netns", "exec", rtr, "sysctl", "-qw", "net.ipv6.conf.default.accept_dad=0",
+       "net.ipv6.conf.all.forwarding=1")
+    sh("ip", "link", "set", f"peer{n}", "netns", rtr)
+    sh("ip", "-n", rtr, "link", "set", "lo", "up")
+    sh("ip", "-n", rtr, "link", "set", f"peer{n}", "up")
+    conf = f"{WORK}/radvd-{n}.conf"
+    with open(conf, "w") as f:  # as tests/vm/suite/15-ipv6.sh
+        f.write(f"interface peer{n} {{\n  AdvSendAdvert on; MinRtrAdvInterval 3; MaxRtrAdvInterval 10;"
+                f" AdvDefaultLifetime 1800;\n  prefix 2001:db8:{n + 1}::/64 {{ AdvOnLink on;"
+                f" AdvAutonomous on; }};\n}};\n")
+    subprocess.Popen(["ip", "netns", "exec", rtr, "radvd", "-C", conf, "-p", f"/run/radvd-{n}.pid",
+                      "-m", "stderr", "-n"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(50):
+        if os.path.exists(f"/run/radvd-{n}.pid"):
+            break
+        time.sleep(0.1)
+
+
+TS = re.compile(r"^\[(\S+)\]\s*(.*)$")
+
+
+def monitor(pod):
+    """ip monitor in the pod with timestamps; returns the process (started before the link)."""
+    p = subprocess.Popen(["stdbuf", "-oL", "ip", "-n", pod, "-ts", "monitor", "link", "address"],
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    time.sleep(0.3)  # let it subscribe
+    return p
+
+
+def parse_monitor(text, ifname):
+    """(link up, first global address, first global non-tentative address), epoch seconds."""
+    up = glob = ready = None
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        m = TS.match(lines[i])
+        i += 1
+        if not m:
+            continue
+        ts = datetime.fromisoformat(m.group(1)).timestamp()
+        body = m.group(2)
+        # address events span two lines (the lifetimes on the second)
+        if up is None and re.search(rf"\b{ifname}@\S*: <[^>]*\bUP\b", body):
+            up = ts
+        am = re.search(rf"\b{ifname}\s+inet6 (\S+) scope global(.*)", body)
+        if am and not body.startswith("Deleted"):
+            if glob is None:
+                glob = ts
+            if ready is None and "tentative" not in am.group(2):
+                ready = ts
+    return up, glob, ready
+
+
+def v6_trial(mode, rail_n, t):
+    pod = f"v6{mode}{t}"
+    ifname = "net1"
+    if mode.startswith("kernel"):
+        new_pod(pod)
+        sh("ip", "link", "add", "link", RAILS[rail_n], "name", ifname, "netns", pod,
+           "type", "ipvlan", "mode", "l2")
+        if mode == "kernel-optimistic":
+            sh("ip", "netns", "exec", pod, "sysctl", "-qw", f"net.ipv6.conf.{ifname}.optimistic_dad=1")
+        mon = monitor(pod)
+        t0 = time.time()
+        sh("ip", "-n", pod, "link", "set", ifname, "up")
+        want_tentative_ok = mode == "kernel-optimistic"
+        deadline = time.time() + 15
+        while time.time() < deadline:
+            out = sh("ip", "-n", pod, "-6", "-o", "addr", "show", "dev", ifname, "scope", "global").stdout
+            if out and (want_tentative_ok or "tentative" not in out):
+                break
+            time.sleep(0.05)
+        time.sleep(0.2)
+        mon.terminate()
+        text = mon.communicate()[0]
+        up, glob, ready = parse_monitor(text, ifname)
+        end = glob if want_tentative_ok else ready
+        res = {"mode": mode, "rail": rail_n, "trial": t, "add_ms": None,
+               "after_up_ms": (end - up) * 1e3 if end and up else None,
+               "global_after_up_ms": (glob - up) * 1e3 if glob and up else None,
+               "monitor": text[-3000:]}
+    else:
+        new_pod(pod, v6=False)
+        conf = write_json(f"{WORK}/v6-{mode}-{rail_n}.conflist", {
+            "cniVersion": "1.0.0", "name": f"bench-v6-{mode}-{rail_n}",
+            "plugins": [{"type": "roce-ipvlan", "master": RAILS[rail_n],
+                         "ipv6": {"slaac": True, "dad": mode}}]})
+        mon = monitor(pod)
+        wall, _ = driver("add", conf, pod, ifname, pod, driver_env())
+        done = time.time()
+        time.sleep(0.1)
+        mon.terminate()
+        text = mon.communicate()[0]
+        up, glob, ready = parse_monitor(text, ifname)
+        res = {"mode": mode, "rail": rail_n, "trial": t, "add_ms": wall,
+               "after_up_ms": (done - up) * 1e3 if up else None,
+               "global_after_up_ms": (glob - up) * 1e3 if glob and up else None,
+               "monitor": text[-3000:]}
+        driver("del", conf, pod, ifname, pod, driver_env())
+    del_pod(pod)
+    return res
+
+
+def bench_ipv6():
+    nrtr = min(PEERS, 4)
+    if nrtr == 0:
+        log("no peer NICs: IPv6 skipped")
+        return []
+    for n in range(nrtr):
+        start_router(n)
+    time.sleep(1)
+    rows = []
+    last = {}
+    modes = ["kernel", "wait", "optimistic", "off", "kernel-optimistic"]
+    k = 0
+    for t in range(V6_TRIALS):
+        for mode in (modes if t % 2 == 0 else modes[::-1]):
+            n = k % nrtr
+            k += 1
+            # radvd paces multicast RAs to one per 3 s per interface (RFC 4861): give each
+            # router that long between trials so no trial inherits the previous one's pacing.
+            wait = 3.2 - (time.time() - last.get(n, 0))
+            if wait > 0:
+                time.sleep(wait)
+            rows.append(v6_trial(mode, n, t))
+            last[n] = time.time()
+            log(f"ipv6 {mode} trial {t}: {rows[-1]}")
+    for n in range(nrtr):
+        if os.path.exists(f"/run/radvd-{n}.pid"):
+            sh("kill", open(f"/run/radvd-{n}.pid").read().strip(), check=False)
+    return rows
+
+
+# --- profile: where one ADD spends its time (strace -f, timestamps) ---
+def profile():
+    out = {}
+    env = driver_env()
+    for impl in IMPLS:
+        pod = f"prof{impl}"
+        new_pod(pod)
+        conf = conflist(impl, 0, tag="prof")
+        # warm the page cache for this exact path first
+        driver("add", conf, pod, "net1", pod, env)
+        driver("del", conf, pod, "net1", pod, env)
+        trace = f"{WORK}/strace-{impl}.txt"
+        sh("strace", "-f", "-ttt", "-e", "trace=execve,clone,clone3,vfork,wait4,sendmsg,sendto,"
+           "recvmsg,recvfrom,setns,exit_group,ppoll,poll", "-o", trace, "cnidriver", "add", conf, f"/run/netns/{pod}",
+           "--ifname", "net1", "--container-id", pod, env=env)
+        driver("del", conf, pod, "net1", pod, env)
+        del_pod(pod)
+        with open(trace) as f:
+            out[impl] = f.read()
+    return out
+
+
+def setup():
+    os.makedirs(WORK, exist_ok=True)
+    info = {
+        "kernel": os.uname().release,
+        "cpu": next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")
+                     if l.startswith("model name")), "?"),
+        "vcpus": os.cpu_count(),
+        "mem_mib": int(next(l.split()[1] for l in open("/proc/meminfo")
+                            if l.startswith("MemTotal"))) // 1024,
+        "rails": len(RAILS),
+        "pods": PODS,
+    }
+    return info
+
+
+def main():
+    sections = os.environ.get("BENCH_SECTIONS", "v4 scale conc rusage ipv6 profile").split()
+    result = {"vm": setup(), "sizes": {"pods": PODS, "scale_rails": SCALE_RAILS,
+                                       "scale_pods": SCALE_PODS, "conc": CONC,
+                                       "conc_rounds": CONC_ROUNDS, "v6_trials": V6_TRIALS,
+                                       "rss_runs": RSS_RUNS}}
+    t0 = time.time()
+    if "v4" in sections:
+        log(f"IPv4: {PODS} pods x {len(RAILS)} rails per implementation")
+        result["v4_ops"], result["v4_pods"] = bench_rails(len(RAILS), PODS)
+    if "scale" in sections:
+        result["scale_ops"] = []
+        for r in SCALE_RAILS:
+            if r == len(RAILS) and "v4" in sections:
+                continue  # the 16-rail point is the main run's
+            ops, _ = bench_rails(r, SCALE_PODS)
+            result["scale_ops"] += ops
+    if "conc" in sections:
+        result["conc"] = bench_concurrency()
+    if "rusage" in sections:
+        result["rusage"] = bench_rusage()
+    if "ipv6" in sections:
+        result["ipv6"] = bench_ipv6()
+    if "profile" in sections and shutil.which("strace"):
+        result["strace"] = profile()
+    result["guest_seconds"] = time.time() - t0
+    print("@@BENCH-JSON " + json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()
