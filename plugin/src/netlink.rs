@@ -224,34 +224,31 @@ impl Netlink {
 
     pub async fn rename(&self, index: u32, name: &str) -> Result<()> {
         let msg = LinkUnspec::new_with_index(index).name(name).build();
-        self.handle
-            .link()
-            .set(msg)
-            .execute()
+        self.set_link(msg, || format!("cannot rename link #{index} to {name}"))
             .await
-            .map_err(|e| Error::netlink(format!("cannot rename link #{index} to {name}"), e))
     }
 
     pub async fn set_up(&self, index: u32) -> Result<()> {
         let msg = LinkUnspec::new_with_index(index).up().build();
-        self.handle
-            .link()
-            .set(msg)
-            .execute()
+        self.set_link(msg, || format!("cannot bring link #{index} up"))
             .await
-            .map_err(|e| Error::netlink(format!("cannot bring link #{index} up"), e))
     }
 
     pub async fn set_alias(&self, index: u32, alias: &str) -> Result<()> {
         let msg = LinkUnspec::new_with_index(index)
             .append_extra_attribute(LinkAttribute::IfAlias(alias.to_string()))
             .build();
+        self.set_link(msg, || format!("cannot set the alias of link #{index}"))
+            .await
+    }
+
+    async fn set_link(&self, msg: LinkMessage, what: impl FnOnce() -> String) -> Result<()> {
         self.handle
             .link()
             .set(msg)
             .execute()
             .await
-            .map_err(|e| Error::netlink(format!("cannot set the alias of link #{index}"), e))
+            .map_err(|e| Error::netlink(what(), e))
     }
 
     /// Deletes a link; a link that is already gone is not an error.
