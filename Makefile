@@ -14,6 +14,8 @@
 #   make bench     release build, then roce-ipvlan vs the ipvlan+tuning+sbr chain in a 16-rail VM;
 #                  rewrites docs/benchmarks.md and docs/bench/ (bench/run.sh); not part of `make test`
 #   make deps      apt-get install what is missing from tests/vm/packages.txt (needs root)
+#   make fuzz      cargo fuzz over config/prevResult parsing and the name validators,
+#                  FUZZ_SECONDS (default 600) per target; not part of `make test` (docs/fuzzing.md)
 #
 # The VM tests use the debug build: it compiles much faster than the size-optimised, LTO'd
 # release profile, and the behaviour under test is the same.
@@ -28,7 +30,7 @@ IMAGE ?= ghcr.io/roce-ipvlan/roce-ipvlan:$(shell sed -n 's/^version = "\(.*\)"/\
 # podman if present, else docker (the docker client alone is not enough: it needs an engine).
 IMAGE_BUILDER ?= $(shell command -v podman >/dev/null 2>&1 && echo podman || echo docker)
 
-.PHONY: build unit lint vm-test vm-suite test vm-shell demo deps validate-manifests image
+.PHONY: build unit lint vm-test vm-suite test vm-shell demo deps validate-manifests image fuzz
 
 build:
 	$(CARGO) build --locked -p roce-ipvlan
@@ -77,3 +79,18 @@ deps:
 		echo "deps: installing" $$missing; \
 		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; \
 	else echo "deps: all packages present"; fi
+
+# Fuzzing (docs/fuzzing.md): nightly when rustup has it, else stable with RUSTC_BOOTSTRAP=1 for
+# the -Z flags cargo-fuzz passes. New inputs go to fuzz/target/corpus/<t>; fuzz/corpus/<t> is the
+# seed corpus kept in the repository.
+FUZZ_SECONDS ?= 600
+FUZZ_TARGETS ?= netconf prev_result validators
+FUZZ_CARGO ?= $(shell rustup toolchain list 2>/dev/null | grep -q '^nightly' && echo 'cargo +nightly' || echo 'env RUSTC_BOOTSTRAP=1 cargo')
+
+fuzz:
+	@command -v cargo-fuzz >/dev/null || $(CARGO) install --locked cargo-fuzz
+	cd fuzz && for t in $(FUZZ_TARGETS); do \
+		mkdir -p target/corpus/$$t && \
+		$(FUZZ_CARGO) fuzz run -O $$t target/corpus/$$t corpus/$$t -- \
+			-max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 || exit 1; \
+	done

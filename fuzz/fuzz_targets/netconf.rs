@@ -1,0 +1,48 @@
+//! The network configuration on stdin: `NetConf::parse` must never panic, and whatever it
+//! accepts must keep its promises: sysctls confined to the attachment's subtree, a
+//! device-info path that is absolute and has no `..`, an IPAM type that is a plain name.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use roce_ipvlan::config::NetConf;
+
+fuzz_target!(|data: &[u8]| {
+    // The first byte picks CNI_IFNAME, so that IFNAME replacement and literal names are both
+    // exercised; STATUS and GC parse with no interface name at all.
+    let (ifname, conf) = match data.split_first() {
+        Some((b, rest)) => (["net1", "eth0.100", "rdma-x", ""][(*b % 4) as usize], rest),
+        None => ("net1", data),
+    };
+    let Ok(c) = NetConf::parse(conf, ifname) else {
+        return;
+    };
+    for s in &c.sysctls {
+        assert_eq!(s.path.len(), 5, "{s:?}");
+        assert_eq!(s.path[0], "net");
+        assert!(s.path[1] == "ipv4" || s.path[1] == "ipv6", "{s:?}");
+        assert!(s.path[2] == "conf" || s.path[2] == "neigh", "{s:?}");
+        assert!(
+            s.path[3] == ifname
+                || (s.path[2] == "conf" && (s.path[3] == "all" || s.path[3] == "default")),
+            "{s:?}"
+        );
+        assert!(
+            !s.path[4].is_empty() && !s.path[4].contains(['/', '.']),
+            "{s:?}"
+        );
+        assert!(s.proc_path().starts_with("/proc/sys/net/"));
+    }
+    if let Some(ipam) = &c.ipam {
+        assert!(!ipam.kind.is_empty() && !ipam.kind.contains('/') && ipam.kind != "..");
+    }
+    if let Some(p) = &c.device_info_file {
+        assert!(p.is_absolute());
+        assert!(!p.components().any(|c| c == std::path::Component::ParentDir));
+    }
+    if let Some(d) = &c.rdma.device {
+        assert!(!d.contains('/') && !d.starts_with('.'));
+    }
+    if let Some(f) = &c.log.file {
+        assert!(f.is_absolute());
+    }
+});
