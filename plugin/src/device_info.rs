@@ -19,7 +19,15 @@ use crate::error::{Error, Result};
 /// The device-info spec version written.
 pub const SPEC_VERSION: &str = "1.1.0";
 
-/// The CNIDeviceInfoFile path of `runtimeConfig`, checked: absolute, no `..`, a file name.
+/// Where Multus (and device plugins) keep device-info files (device-info-spec; `/var/run` is
+/// `/run` on current distributions).
+const DEVINFO_DIRS: &[&str] = &[
+    "/var/run/k8s.cni.cncf.io/devinfo/",
+    "/run/k8s.cni.cncf.io/devinfo/",
+];
+
+/// The CNIDeviceInfoFile path of `runtimeConfig`, checked: absolute, no `..`, a file name,
+/// inside [`DEVINFO_DIRS`].
 pub fn file_from_runtime_config(runtime_config: Option<&Value>) -> Result<Option<PathBuf>> {
     let Some(value) = runtime_config.and_then(|r| r.get("CNIDeviceInfoFile")) else {
         return Ok(None);
@@ -45,6 +53,15 @@ pub fn file_from_runtime_config(runtime_config: Option<&Value>) -> Result<Option
     }
     if path.file_name().is_none() || text.ends_with('/') {
         return bad("names no file");
+    }
+    // ADD writes and DEL removes this file as root, and a NAD can carry its own
+    // `runtimeConfig` (Multus replaces it only when the NAD declares the capability): confined
+    // to Multus's device-info directory, a NAD cannot make DEL delete /etc/shadow.
+    if !DEVINFO_DIRS
+        .iter()
+        .any(|d| path.starts_with(d) && path != Path::new(d))
+    {
+        return bad("outside Multus's device-info directory /var/run/k8s.cni.cncf.io/devinfo/");
     }
     Ok(Some(path))
 }
@@ -143,6 +160,8 @@ mod tests {
             json!("relative/x"),
             json!("/a/../b"),
             json!("/a/"),
+            json!("/etc/shadow"),
+            json!("/var/run/k8s.cni.cncf.io/devinfo"),
             json!(7),
         ] {
             let rc = json!({ "CNIDeviceInfoFile": bad });

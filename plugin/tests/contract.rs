@@ -195,3 +195,60 @@ fn help_and_version_flags_work_by_hand() {
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("1.1.0"));
 }
+
+/// Configurations may carry IPAM credentials (nv-ipam, whereabouts kubeconfigs, tokens): at the
+/// most verbose log level, through ADD, DEL, STATUS and GC, neither stdout nor the logs (stderr,
+/// the same lines as logFile) may show them, while the IPAM plugin does get them.
+#[test]
+fn secrets_in_the_configuration_are_never_logged() {
+    use std::os::unix::fs::PermissionsExt;
+    const SECRET: &str = "s3cr3t-ipam-token-9f2c";
+    let dir = tempfile::tempdir().unwrap();
+    let seen = dir.path().join("ipam-stdin");
+    let ipam = dir.path().join("fake-ipam");
+    std::fs::write(
+        &ipam,
+        format!(
+            "#!/bin/sh\ncat >>{}\necho '{{\"cniVersion\":\"1.1.0\",\"supportedVersions\":[\"1.0.0\",\"1.1.0\"]}}'\n",
+            seen.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&ipam, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = dir.path().to_str().unwrap().to_string();
+    let mut conf = conf();
+    conf["cniVersion"] = json!("1.1.0");
+    conf["logLevel"] = json!("trace");
+    conf["ipam"] = json!({"type": "fake-ipam", "token": SECRET, "kubeconfig": SECRET});
+    conf["cni.dev/valid-attachments"] = json!([]);
+    let text = conf.to_string();
+    for command in ["ADD", "DEL", "STATUS", "GC"] {
+        let out = Command::new(BIN)
+            .env_clear()
+            .envs([
+                ("CNI_COMMAND", command),
+                ("CNI_CONTAINERID", "secret"),
+                ("CNI_NETNS", "/proc/self/ns/net"),
+                ("CNI_IFNAME", "net1"),
+                ("CNI_PATH", path.as_str()),
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .and_then(|mut child| {
+                child.stdin.take().unwrap().write_all(text.as_bytes())?;
+                child.wait_with_output()
+            })
+            .unwrap();
+        for (what, bytes) in [("stdout", &out.stdout), ("stderr", &out.stderr)] {
+            let s = String::from_utf8_lossy(bytes);
+            assert!(
+                !s.contains(SECRET),
+                "{command} {what} shows the secret: {s}"
+            );
+        }
+    }
+    let ipam_saw = std::fs::read_to_string(&seen).unwrap();
+    assert!(ipam_saw.contains(SECRET), "the IPAM plugin got its config");
+}
