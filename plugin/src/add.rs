@@ -173,9 +173,11 @@ async fn build(r: &Ready<'_>, undo: &mut UndoStack<Step>) -> Result<Value> {
 
     let mut result = match &r.ipam {
         Some(ipam) => {
-            let res = ipam.add()?;
+            // Pushed before the call: an IPAM plugin that allocated and then printed something
+            // unusable (not JSON, no address) or failed half-way still gets its DEL, which the
+            // spec requires to be harmless for an allocation that does not exist.
             undo.push(Step::Ipam);
-            res
+            ipam.add()?
         }
         None => CniResult::default(),
     };
@@ -250,6 +252,15 @@ async fn build(r: &Ready<'_>, undo: &mut UndoStack<Step>) -> Result<Value> {
     };
 
     let roce = wait_for_gid(r, gid_addr).await?;
+    if !r.netns.still_at_path() {
+        // The runtime deleted the pod while ADD ran: our fd kept the namespace alive, so every
+        // step worked, but nobody can reach the attachment and the IPAM address would leak
+        // until a DEL that a runtime tearing the pod down may already have sent.
+        return Err(Error::Netns(format!(
+            "the pod's network namespace {} was deleted while ADD ran: expected it to outlive              the call; everything done for this attachment is undone",
+            r.netns.path().display()
+        )));
+    }
     pod.set_alias(child.index, &roce.ifalias()).await?;
     if let (Some(path), Some(pci)) = (&conf.device_info_file, &conf.rail.device_id) {
         crate::device_info::write(path, pci, &roce.rdma_device)?;
@@ -359,12 +370,15 @@ async fn delete_rule(pod: &Netlink, source: IpAddr, table: u32) -> Result<()> {
     Ok(())
 }
 
-/// A name for the child while it is created: unique per attachment, at most 15 bytes.
-fn temp_name(env: &Env) -> String {
+/// A name for the child while it is created: unique per attachment, at most 15 bytes, and the
+/// same in every invocation for that attachment, so that DEL can find a child left under it by
+/// an ADD killed between creating and renaming it. (Two ADDs of one attachment at once collide
+/// on it; the second fails, as it should.) `DefaultHasher::new()` is unkeyed: stable across
+/// processes of one build.
+pub(crate) fn temp_name(env: &Env) -> String {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     env.container_id.hash(&mut h);
     env.ifname.hash(&mut h);
-    std::process::id().hash(&mut h);
     format!("rtmp{:08x}", h.finish() as u32)
 }

@@ -148,6 +148,11 @@ pub fn validate_ifname(name: &str) -> Result<()> {
     if name == "." || name == ".." {
         return bad("\".\" and \"..\" are reserved");
     }
+    if name == "all" || name == "default" {
+        // /proc/sys/net/ipv{4,6}/conf/{all,default} are the pod-wide entries: a child of that
+        // name would turn its per-interface sysctls into pod-wide ones.
+        return bad("\"all\" and \"default\" name the pod-wide sysctl entries");
+    }
     if name
         .chars()
         .any(|c| c == '/' || c == ':' || c.is_whitespace() || c.is_control())
@@ -412,6 +417,8 @@ mod tests {
             "tab\there",
             "sixteen-chars-xx",
             "a:1",
+            "all",
+            "default",
         ] {
             assert!(validate_ifname(name).is_err(), "{name:?} should be refused");
         }

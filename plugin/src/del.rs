@@ -38,6 +38,14 @@ pub async fn del(env: &Env, conf: &NetConf) -> Result<()> {
 
 async fn remove_child(env: &Env, netns: &Netns) -> Result<()> {
     let pod = Netlink::in_netns(netns)?;
+    // A child still under its temporary name: an ADD was killed before renaming it.
+    let temp = crate::add::temp_name(env);
+    if let Some(link) = pod.link_by_name(&temp).await? {
+        if link.kind == Some(InfoKind::IpVlan) {
+            tracing::info!(link = %temp, "removing a child left by an interrupted ADD");
+            pod.delete_link(link.index).await?;
+        }
+    }
     let Some(link) = pod.link_by_name(&env.ifname).await? else {
         return Ok(());
     };

@@ -9,13 +9,16 @@
 //!   thread can be used from anywhere afterwards (see netlink.rs).
 
 use std::fs::File;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use nix::sched::{setns, CloneFlags};
 use nix::sys::statfs::{fstatfs, NSFS_MAGIC};
 
 use crate::error::{Error, Result};
+
+/// `_IO(0xb7, 0x3)` from linux/nsfs.h: the CLONE_NEW* flag of a namespace fd.
+const NS_GET_NSTYPE: libc::Ioctl = 0xb703;
 
 /// An open network namespace.
 #[derive(Debug)]
@@ -44,6 +47,20 @@ impl Netns {
                 path.display()
             )));
         }
+        // nsfs holds every kind of namespace; setns(CLONE_NEWNET) would refuse a mount or PID
+        // namespace only later, with a bare EINVAL. NS_GET_NSTYPE (Linux 4.11) tells the kind;
+        // a kernel without it (ENOTTY) is left to setns.
+        // SAFETY: NS_GET_NSTYPE takes no argument and only queries the namespace behind `fd`,
+        // which stays open for the whole call.
+        let kind = unsafe { libc::ioctl(fd.as_raw_fd(), NS_GET_NSTYPE) };
+        if kind >= 0 && kind != libc::CLONE_NEWNET {
+            return Err(Error::Netns(format!(
+                "CNI_NETNS {} is not a network namespace (it is a namespace of another kind, \
+                 CLONE flag {kind:#x}): expected a bind-mounted network namespace or \
+                 /proc/<pid>/ns/net",
+                path.display()
+            )));
+        }
         Ok(Netns {
             fd,
             path: path.to_path_buf(),
@@ -55,6 +72,19 @@ impl Netns {
         match std::fs::metadata(path) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             _ => Netns::open(path).map(Some),
+        }
+    }
+
+    /// Whether the path still names this namespace. The open fd keeps a namespace alive after
+    /// the runtime unmounted and removed its path (pod deleted during ADD); then it is no
+    /// longer the pod's.
+    pub fn still_at_path(&self) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        let ours = std::fs::metadata(format!("/proc/self/fd/{}", self.fd.as_raw_fd()));
+        let there = std::fs::metadata(&self.path);
+        match (ours, there) {
+            (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+            _ => false,
         }
     }
 
@@ -98,10 +128,28 @@ mod tests {
     }
 
     #[test]
+    fn another_kind_of_namespace_is_not_a_network_namespace() {
+        let err = Netns::open(Path::new("/proc/self/ns/mnt")).unwrap_err();
+        assert_eq!(err.code(), 105);
+        assert!(err.to_string().contains("not a network namespace"), "{err}");
+    }
+
+    #[test]
     fn a_missing_path_is_reported_or_skipped() {
         let p = Path::new("/nonexistent/netns/x");
         assert_eq!(Netns::open(p).unwrap_err().code(), 105);
         assert!(Netns::open_if_exists(p).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_namespace_is_at_its_path_until_the_path_goes() {
+        let ns = Netns::open(Path::new("/proc/self/ns/net")).unwrap();
+        assert!(ns.still_at_path());
+        let other = Netns {
+            fd: ns.fd.try_clone().unwrap(),
+            path: PathBuf::from("/nonexistent/netns/x"),
+        };
+        assert!(!other.still_at_path());
     }
 
     #[test]
