@@ -282,10 +282,12 @@ def parse_monitor(text, ifname):
             continue
         ts = datetime.fromisoformat(m.group(1)).timestamp()
         body = m.group(2)
-        # address events span two lines (the lifetimes on the second)
-        if up is None and re.search(rf"\b{ifname}@\S*: <[^>]*\bUP\b", body):
+        # The pod holds only the child (lo is up before the monitor starts), so any link's
+        # first UP is the child's. ip prints address events under the name it cached first,
+        # which for roce-ipvlan is the temporary name the child is created with.
+        if up is None and re.search(r"^\d+: \S+: <[^>]*\bUP\b", body):
             up = ts
-        am = re.search(rf"\b{ifname}\s+inet6 (\S+) scope global(.*)", body)
+        am = re.search(r"^\d+: \S+\s+inet6 (\S+) scope global(.*)", body)
         if am and not body.startswith("Deleted"):
             if glob is None:
                 glob = ts

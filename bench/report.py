@@ -3,6 +3,7 @@
 plot, and docs/benchmarks.md. Standard library only."""
 
 import argparse
+import hashlib
 import csv
 import json
 import os
@@ -224,16 +225,31 @@ def main():
 
     # sizes
     size = os.path.getsize(a.plugin)
+    S["plugin_sha256"] = hashlib.sha256(open(a.plugin, "rb").read()).hexdigest()
+    S["plugin_note"] = os.environ.get("BENCH_BIN_NOTE", "")
     go = {p: os.path.getsize(os.path.join(a.go_plugins, p)) for p in ("ipvlan", "tuning", "sbr", "host-local")}
     S["size"] = {"roce-ipvlan": size, "go": go, "go_chain_sum": go["ipvlan"] + go["tuning"] + go["sbr"]}
 
     # IPv6
     v6 = raw.get("ipv6", [])
-    write_csv(f"{a.out}/ipv6.csv", v6)
+    for r in v6:  # address events by any name (the plugin's child starts under a temporary one)
+        if r.get("monitor") and r.get("after_up_ms") is not None:
+            up = glob = None
+            for line in r["monitor"].splitlines():
+                m = re.match(r"^\[(\S+)\]\s*(\d+: \S+)(.*)$", line)
+                if not m:
+                    continue
+                ts = datetime.fromisoformat(m.group(1)).timestamp()
+                if up is None and re.match(r"^\d+: \S+: <[^>]*\bUP\b", m.group(2) + m.group(3)):
+                    up = ts
+                if glob is None and re.match(r"\s+inet6 \S+ scope global", m.group(3)):
+                    glob = ts
+            r["global_after_up_ms"] = (glob - up) * 1e3 if up and glob else None
     S["ipv6"] = {m: {"after_up": stats([r["after_up_ms"] for r in v6 if r["mode"] == m]),
                      "add": stats([r["add_ms"] for r in v6 if r["mode"] == m]),
                      "global_after_up": stats([r["global_after_up_ms"] for r in v6 if r["mode"] == m])}
                  for m in ("kernel", "kernel-optimistic", "wait", "optimistic", "off")}
+    write_csv(f"{a.out}/ipv6.csv", [{k: v for k, v in r.items() if k != "monitor"} for r in v6])
 
     # profile
     prof = {impl: timeline(t) for impl, t in raw.get("strace", {}).items()}
@@ -291,6 +307,7 @@ def render(S, rel):
       "*libcni* columns are the libcni call alone (`CNIDRIVER_TIMING`: plugin exec and work, "
       "without the driver's own start-up); *wall* is the whole `cnidriver` process.")
     w("- roce-ipvlan: release build (`cargo build --release --locked`: LTO, `opt-level = \"s\"`, stripped), "
+      f"sha256 `{S['plugin_sha256'][:16]}…`{(' (' + S['plugin_note'] + ')') if S['plugin_note'] else ''}; "
       "cniVersion 1.0.0, host-local IPAM, default sysctls. Chain: Debian's containernetworking-plugins "
       "1.1.1 (`/usr/lib/cni`), one conflist ipvlan (L2, host-local) + tuning (the plugin's default "
       "sysctls) + sbr, cniVersion 1.0.0.")
@@ -363,8 +380,10 @@ def render(S, rel):
       "the return of ADD, which waits for the routable RoCE GID; for the kernel alone (an IPvlan L2 "
       "child made by hand, IPv6 on, brought up, nothing else) the first global SLAAC address without "
       "`tentative` (`kernel`), or the first global address at all with `optimistic_dad=1` "
-      "(`kernel-optimistic`). *global* is when the global address first appeared. ADD is the whole "
-      "`cnidriver add`.\n")
+      "(`kernel-optimistic`). *global* is the first notification of the global address; the kernel "
+      "notifies a tentative address only with optimistic DAD, so for `kernel` and `wait` it is when DAD "
+      "ended. ADD is the whole `cnidriver add`. `kernel-optimistic` lost its link-up event in this run "
+      "(the monitor subscribed late), so it has no figure.\n")
     w("| mode | ready after link up: median / p90 / max | global address after link up (median) | ADD wall (median) |")
     w("|---|---|---|---|")
     for m in ("kernel", "wait", "optimistic", "off", "kernel-optimistic"):

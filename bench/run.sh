@@ -16,7 +16,7 @@ mkdir -p "$out"
 
 start=$(date +%s)
 # BENCH_BIN: measure this binary instead of building the tree's (it must live outside /tmp,
-# /run and /var/tmp, which are fresh tmpfs inside the VM).
+# /run and /var/tmp, which are fresh tmpfs inside the VM); BENCH_BIN_NOTE says what it is.
 bin=${BENCH_BIN:-}
 if [[ -z $bin ]]; then
 	${CARGO:-cargo} build --release --locked -p roce-ipvlan
