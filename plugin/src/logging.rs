@@ -22,15 +22,19 @@ use std::path::{Component, Path};
 use std::sync::Mutex;
 
 use tracing_subscriber::fmt::writer::MakeWriterExt;
-use tracing_subscriber::EnvFilter;
 
 use crate::config::LogConf;
 
 /// Installs the subscriber; a log file that cannot be opened is reported on stderr, not fatal.
 pub fn init(conf: &LogConf) {
-    let level = conf.level.as_deref().unwrap_or("warn");
-    let filter = EnvFilter::try_new(format!("roce_ipvlan={level}"))
-        .unwrap_or_else(|_| EnvFilter::new("warn"));
+    // A plain level, not an EnvFilter: the plugin's dependencies log through `log`, not
+    // `tracing`, so only the plugin's own events arrive here, and EnvFilter's regex engine
+    // would add a fifth to the binary's size.
+    let level = conf
+        .level
+        .as_deref()
+        .and_then(|l| l.parse::<tracing::Level>().ok())
+        .unwrap_or(tracing::Level::WARN);
     let file = conf
         .file
         .as_ref()
@@ -45,7 +49,7 @@ pub fn init(conf: &LogConf) {
             }
         });
     let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+        .with_max_level(level)
         .with_ansi(false);
     let _ = match file {
         Some(f) => builder
