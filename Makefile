@@ -7,10 +7,13 @@
 #   make vm-suite  the VM suite only, with whatever binary ROCE_IPVLAN_BIN points at
 #   make validate-manifests  YAML under deploy/ and examples/: parses, Kubernetes schemas, and
 #                  every NAD's config through `roce-ipvlan validate` (tests/validate-manifests.sh)
-#   make test      lint + unit + validate-manifests + vm-test (what CI runs)
+#   make vm-traffic  pod-to-pod traffic between two emulated nodes, RoCE v2 with ib_write_bw,
+#                  in a VM booting trixie-backports' 7.x kernel (docs/traffic.md)
+#   make test      lint + unit + validate-manifests + vm-test + vm-traffic (what CI runs)
 #   make image     container image of deploy/Containerfile (needs podman, or docker with an engine)
 #   make vm-shell  interactive shell in the VM, rails and rxe devices set up
 #   make demo      attach a pod to 4 Soft-RoCE rails, show result and GIDs, detach
+#   make demo-traffic  one ib_write_bw between pods on two emulated nodes over a rail
 #   make bench     release build, then roce-ipvlan vs the ipvlan+tuning+sbr chain in a 16-rail VM;
 #                  rewrites docs/benchmarks.md and docs/bench/ (bench/run.sh); not part of `make test`
 #   make deps      apt-get install what is missing from tests/vm/packages.txt (needs root)
@@ -30,7 +33,7 @@ IMAGE ?= ghcr.io/roce-ipvlan/roce-ipvlan:$(shell sed -n 's/^version = "\(.*\)"/\
 # podman if present, else docker (the docker client alone is not enough: it needs an engine).
 IMAGE_BUILDER ?= $(shell command -v podman >/dev/null 2>&1 && echo podman || echo docker)
 
-.PHONY: build unit lint vm-test vm-suite test vm-shell demo deps validate-manifests image fuzz
+.PHONY: build unit lint vm-test vm-suite test vm-shell demo deps validate-manifests image vm-traffic demo-traffic fuzz
 
 build:
 	$(CARGO) build --locked -p roce-ipvlan
@@ -55,6 +58,7 @@ test:
 	$(MAKE) unit
 	$(MAKE) validate-manifests
 	$(MAKE) vm-test
+	$(MAKE) vm-traffic
 
 validate-manifests: build
 	tests/validate-manifests.sh
@@ -67,6 +71,14 @@ vm-shell:
 
 demo: deps build
 	tests/vm/run.sh tests/vm/demo.sh
+
+# Soft-RoCE carries traffic for an address in a pod's netns only on 7.x kernels: these boot
+# trixie-backports' kernel (tests/vm/kernel.sh); the rest of the suite stays on bookworm's.
+vm-traffic: build
+	VM_KERNEL=backports tests/vm/run.sh tests/vm/suite/run.sh '^test_traffic_'
+
+demo-traffic: deps build
+	VM_KERNEL=backports tests/vm/run.sh tests/vm/demo-traffic.sh
 
 .PHONY: bench
 bench:
