@@ -232,6 +232,9 @@ routed_rails() {
 		ip -n nodeB link set "rdma$n" up
 		node_b_rxe "$n"
 		conf=/tmp/radvd-t$n.conf
+		# No MinDelayBetweenRAs below 3 s here: radvd answered "MinDelayBetweenRAs for peer0
+		# (0.05) must be at least 3.00" and never set the interfaces up. The default pace is
+		# well inside the plugin's raTimeoutMs.
 		{
 			echo "interface peer$n { AdvSendAdvert on; MinRtrAdvInterval 3; MaxRtrAdvInterval 10; AdvDefaultLifetime 1800;"
 			echo "  prefix 2001:db8:a:$n::/64 { AdvOnLink on; AdvAutonomous on; }; };"
