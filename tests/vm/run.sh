@@ -91,6 +91,13 @@ done
 	echo
 } >"$share/boot.sh"
 
+# The VM mounts fresh tmpfs on /tmp, /var/tmp and /run (host contents there would only confuse
+# the tests). Host paths the run needs that live below them (a clone in /tmp, say) are listed
+# here, and /init bind-mounts them back from the host root.
+for p in "$repo" "$kdir" "$(dirname "$plugin")" "$(dirname "$cnidriver")"; do
+	case $p in /tmp/* | /var/tmp/* | /run/*) echo "$p" ;; esac
+done >"$share/keep-paths"
+
 # --- QEMU: one virtio-net NIC per rail, each on its own hub (= its own L2 segment). ---
 # lib.sh finds NIC number i by this MAC scheme to give it its rail name. romfile= drops the
 # iPXE option ROM: nothing network-boots, and under TCG it costs boot time.
