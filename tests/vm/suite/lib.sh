@@ -128,7 +128,9 @@ verify_attachment() {
 	table=$((10000 + $(in_pod "$pod" cat "/sys/class/net/$ifn/ifindex")))
 	# Anchored at the end: a rule whose action is not "to table" prints a trailing type
 	# ("lookup 10002 none") and makes every lookup from that source fail with EINVAL.
-	in_pod "$pod" ip -4 rule show | grep -qE "^1000:[[:space:]]+from ${ip//./\\.} lookup $table[[:space:]]*$" ||
+	# grep without -q: ip flushes each rule as it prints it, and a grep that quits at the first
+	# match can make it die of SIGPIPE, which pipefail turns into a failed match.
+	in_pod "$pod" ip -4 rule show | grep -E "^1000:[[:space:]]+from ${ip//./\\.} lookup $table[[:space:]]*$" >/dev/null ||
 		fail "no rule '1000: from $ip lookup $table' in $pod (a trailing 'none' means the rule's" \
 			"action is FR_ACT_UNSPEC, not FR_ACT_TO_TBL): $(in_pod "$pod" ip -4 rule show | tr '\n' ';')"
 	routes=$(in_pod "$pod" ip -4 route show table "$table")
