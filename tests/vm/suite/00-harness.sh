@@ -40,7 +40,7 @@ test_reference_chain_add_check_del() {
 	assert_match "$(in_pod chainpod ip -d link show dev net1)" 'ipvlan +mode l2' "chain child is IPvlan L2"
 	assert_eq "$(in_pod chainpod cat /sys/class/net/net1/iflink)" "$(cat /sys/class/net/rdma1/ifindex)" "chain child's lower device"
 	assert_eq "$(in_pod chainpod cat /proc/sys/net/ipv4/conf/net1/arp_ignore)" 1 "tuning applied arp_ignore"
-	in_pod chainpod ip -4 rule show | grep -qE "from $ip lookup 100\b" || fail "sbr rule for $ip missing"
+	grep -qE "from $ip lookup 100\b" <<<"$(in_pod chainpod ip -4 rule show)" || fail "sbr rule for $ip missing"
 	# The premise of the whole project, on an upstream kernel: the child's address becomes a
 	# RoCE v2 GID on the rail's rxe device, with the child as its netdev, visible in the pod.
 	idx=$(find_gid chainpod rxe1 1 "$ip" net1) || fail "no RoCE v2 GID for $ip on rxe1 seen from the pod"
