@@ -56,7 +56,7 @@ test_diagnose_node_view() {
 test_diagnose_pod_with_attachment() {
 	require_plugin
 	local alias idx dev json pid want
-	attach diag-ok rdma1 10.9.40.0/24 diagok
+	attach diag-ok rdma1 10.11.40.0/24 diagok
 	alias=$(in_pod diagok cat /sys/class/net/net1/ifalias)
 	idx=$(sed -E 's/.*gid_index=([0-9]+).*/\1/' <<<"$alias")
 	dev=$(rail_rdma_dev rdma1)
@@ -120,7 +120,7 @@ test_diagnose_pod_without_attachment() {
 test_diagnose_ipv6_placeholder_and_tentative() {
 	require_plugin
 	local json ph slaac dev
-	attach diag-v6 rdma2 10.9.41.0/24 diagv6
+	attach diag-v6 rdma2 10.11.41.0/24 diagv6
 	in_pod diagv6 sysctl -qw net.ipv6.conf.net1.disable_ipv6=0
 	dev=$(rail_rdma_dev rdma2)
 	in_pod diagv6 ip -6 addr add fd01:0:0:100::5/112 dev net1 nodad
