@@ -1,0 +1,120 @@
+# Concurrency (docs/failure-modes.md#concurrency): CONC_PODS pods (default 32) x 4 rails, every
+# ADD at once, then every CHECK at once, then every DEL at once; CONC_ROUNDS rounds (default 3).
+# Zero failures, zero leaks, and within each pod one routing table per child, numbered
+# 10000 + the child's ifindex. All attachments share one flat host-local range (the A100
+# layout), so host-local's own lock is exercised too; roce-ipvlan itself takes no lock.
+
+CONC_RAILS="rdma0 rdma1 rdma2 rdma3"
+
+# conc_all CMD: run CMD for every pod and rail in the background at once; each writes
+# /tmp/conc/<pod>.<n>.{out,rc}; fails with the first errors when any exited non-zero
+conc_all() {
+	local cmd=$1 p n rail conf bad f
+	for p in $(seq "$CONC_PODS"); do
+		n=1
+		for rail in $CONC_RAILS; do
+			conf=/tmp/conc/conf.$n
+			[[ $cmd == ADD ]] || conf=/tmp/conc/pod$p.$n.prev
+			(
+				rc=0
+				CNI_COMMAND=$cmd CNI_CONTAINERID=conc-$p CNI_NETNS=/run/netns/conc$p CNI_IFNAME=net$n \
+					CNI_PATH=$CNI_PATH "$CNI_BIN_DIR/roce-ipvlan" <"$conf" >"/tmp/conc/pod$p.$n.out" \
+					2>"/tmp/conc/pod$p.$n.err" || rc=$?
+				echo "$rc" >"/tmp/conc/pod$p.$n.rc"
+			) &
+			n=$((n + 1))
+		done
+	done
+	wait
+	bad=$(grep -lv '^0$' /tmp/conc/*.rc || true)
+	if [[ -n $bad ]]; then
+		f=$(head -n1 <<<"$bad")
+		fail "$cmd failed for $(wc -l <<<"$bad") attachments, e.g. ${f%.rc}: $(cat "${f%.rc}.out" "${f%.rc}.err" | head -c 600)"
+	fi
+}
+
+test_concurrency_pods_by_rails_rounds() {
+	require_plugin
+	CONC_PODS=${CONC_PODS:-32} CONC_ROUNDS=${CONC_ROUNDS:-3}
+	local round p n rail start t_add t_check t_del links rules tables want ip all_ips gid dev conf
+	local -A rdev rindex
+	local -a rails=($CONC_RAILS)
+	local re
+	mkdir -p /tmp/conc
+	n=1
+	for rail in $CONC_RAILS; do
+		roce_conf "/tmp/conc/conf.$n" conc "$rail" 1.0.0 10.9.80.0/24
+		jq -c . "/tmp/conc/conf.$n" >"/tmp/conc/conf.$n.tmp" && mv "/tmp/conc/conf.$n.tmp" "/tmp/conc/conf.$n"
+		rdev[$rail]=$(rail_rdma_dev "$rail")
+		rindex[$rail]=$(cat "/sys/class/net/$rail/ifindex")
+		n=$((n + 1))
+	done
+	host_snapshot >/tmp/conc/host.before
+	for round in $(seq "$CONC_ROUNDS"); do
+		rm -f /tmp/conc/pod*
+		for p in $(seq "$CONC_PODS"); do new_pod "conc$p"; done
+
+		start=$SECONDS
+		conc_all ADD
+		t_add=$((SECONDS - start))
+		all_ips=$(cat /tmp/conc/pod*.out | jq -r '.ips[0].address' | sort)
+		assert_eq "$(wc -l <<<"$all_ips")" $((CONC_PODS * 4)) "round $round: addresses handed out"
+		assert_eq "$(uniq -d <<<"$all_ips")" "" "round $round: an address handed out twice"
+		assert_eq "$(host_local_ips conc | wc -l)" $((CONC_PODS * 4)) "round $round: host-local allocations"
+		# One jq over every result: "pod n address gid rdmaDevice" per attachment.
+		jq -r '[input_filename, (.ips[0].address | sub("/.*"; "")), .roce.gid, .roce.rdmaDevice] | @tsv' \
+			/tmp/conc/pod*.out | sed -E 's|^/tmp/conc/pod([0-9]+)\.([0-9]+)\.out|\1 \2|' >/tmp/conc/results
+		local -A addr
+		while read -r p n ip gid dev; do
+			rail=${rails[n - 1]}
+			assert_eq "$gid" "::ffff:$ip" "round $round: conc$p net$n GID"
+			assert_eq "$dev" "${rdev[$rail]}" "round $round: conc$p net$n RDMA device"
+			addr[$p.$n]=$ip
+		done </tmp/conc/results
+		for p in $(seq "$CONC_PODS"); do
+			# Each child: IPvlan L2 on its own rail, a rule for its address into table
+			# 10000 + its ifindex; no two children of a pod share a table.
+			links=$(ip -n "conc$p" -o -d link show)
+			rules=$(ip -n "conc$p" -4 rule show)
+			tables=""
+			n=1
+			for rail in $CONC_RAILS; do
+				local line idx
+				line=$(grep -E "^[0-9]+: net$n@" <<<"$links") || fail "round $round: conc$p has no net$n"
+				assert_match "$line" 'ipvlan +mode l2' "round $round: conc$p net$n is IPvlan L2"
+				assert_match "$line" "net$n@if${rindex[$rail]}:" "round $round: conc$p net$n is on $rail"
+				idx=${line%%:*}
+				ip=${addr[$p.$n]}
+				want=$((10000 + idx))
+				re="(^|"$'\n'")1000:[[:space:]]+from ${ip//./\\.} lookup $want[[:space:]]*("$'\n'"|\$)"
+				[[ $rules =~ $re ]] ||
+					fail "round $round: conc$p has no rule 'from $ip lookup $want': $rules"
+				tables+="$want "
+				# CHECK's prevResult, without a jq per attachment
+				conf=$(<"/tmp/conc/conf.$n")
+				printf '%s,"prevResult":%s}' "${conf%\}}" "$(<"/tmp/conc/pod$p.$n.out")" >"/tmp/conc/pod$p.$n.prev"
+				n=$((n + 1))
+			done
+			assert_eq "$(tr ' ' '\n' <<<"$tables" | sed '/^$/d' | sort | uniq -d)" "" "round $round: conc$p duplicate tables ($tables)"
+			assert_eq "$(grep -cE 'lookup 1[0-9]{4}' <<<"$rules")" 4 "round $round: conc$p source rules"
+		done
+
+		rm -f /tmp/conc/*.rc
+		start=$SECONDS
+		conc_all CHECK
+		t_check=$((SECONDS - start))
+
+		rm -f /tmp/conc/*.rc
+		start=$SECONDS
+		conc_all DEL
+		t_del=$((SECONDS - start))
+		assert_eq "$(host_local_ips conc)" "" "round $round: host-local allocations after DEL"
+		for p in $(seq "$CONC_PODS"); do
+			assert_eq "$(ip -n "conc$p" -o link show | grep -vc ': lo:' || true)" 0 "round $round: links left in conc$p"
+			assert_eq "$(ip -n "conc$p" rule show | grep -cE 'lookup 1[0-9]{4}' || true)" 0 "round $round: rules left in conc$p"
+			ip netns del "conc$p"
+		done
+		assert_eq "$(host_snapshot | diff /tmp/conc/host.before - || true)" "" "round $round: the host changed"
+		note "round $round: $CONC_PODS pods x 4 rails: ADD ${t_add}s, CHECK ${t_check}s, DEL ${t_del}s, no failure, nothing left"
+	done
+}
