@@ -65,10 +65,13 @@ test_diagnose_pod_with_attachment() {
 	json=$OUT
 	jq_ok "$json" '.report.healthy' "pod with an attachment is healthy"
 	jq_ok "$json" '.snapshot.host != null' "a host view was read from PID 1's netns"
-	jq_ok "$json" ".report.netdevs[] | select(.name == \"net1\") | .kind == \"ipvlan\"
-		and .rail == \"rdma1\" and .rdmaPort == \"$dev port 1\" and .parent == \"rdma1\"
-		and .recommendedGidIndex == $idx and .ifalias.gidIndex == $idx" \
-		"net1: ipvlan on rdma1 ($dev port 1), GID index $idx as in its ifalias ($alias)"
+	# One check per field, so that a failure names the field.
+	local net1='.report.netdevs[] | select(.name == "net1")'
+	jq_ok "$json" "$net1 | .kind == \"ipvlan\"" "net1 is an IPvlan child"
+	jq_ok "$json" "$net1 | .rail == \"rdma1\" and .parent == \"rdma1\"" "net1's rail and parent are rdma1"
+	jq_ok "$json" "$net1 | .rdmaPort == \"$dev port 1\"" "net1's RDMA port is $dev port 1"
+	jq_ok "$json" "$net1 | .ifalias.gidIndex == $idx" "net1's ifalias read back ($alias)"
+	jq_ok "$json" "$net1 | .recommendedGidIndex == $idx" "recommended GID index $idx, as in the ifalias"
 	jq_ok "$json" ".report.ports[] | select(.device == \"$dev\") | .gids[] | select(.index == $idx)
 		| .class == \"usable\" and .ndev == \"net1\" and .gidType == \"RoCE v2\"" \
 		"GID $idx is net1's and usable"
