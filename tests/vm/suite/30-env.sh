@@ -227,3 +227,52 @@ test_env_device_info_written_and_removed() {
 	assert_eq "$(ls /var/run/k8s.cni.cncf.io/devinfo/cni/ 2>/dev/null)" "" "no device-info without the capability"
 	assert_ok cni_exec DEL /tmp/envdi2.conf /run/netns/envdi
 }
+
+# IPv6 SLAAC rails, one with a placeholder (whose GID sits below the SLAAC one): env names
+# exactly the SLAAC GIDs the plugin reported, as the pod's sysfs shows them.
+test_env_ipv6_slaac_rails() {
+	require_plugin
+	# The rail routers and the SLAAC configs of the IPv6 suite.
+	source "$(dirname "${BASH_SOURCE[0]}")/15-ipv6.sh"
+	local json i ifn dev port idx gid prefix first same=1
+	# The host's rails would autoconfigure from the same RAs; on this upstream kernel their
+	# GIDs are visible in the pod and sit inside any NCCL range that covers the pod's (env then
+	# refuses, rightly). DOCA-OFED hides them; here the host rails take no RA for this test.
+	local r
+	for r in rdma2 rdma3; do
+		sysctl -qw "net.ipv6.conf.$r.accept_ra=0"
+		ip -6 addr flush dev "$r" scope global
+	done
+	start_router 2 2001:db8:13::/64
+	start_router 3 2001:db8:14::/64
+	new_v6off_pod envv6
+	slaac_conf /tmp/envv6-0.conf envv6-0 rdma2
+	slaac_conf /tmp/envv6-1.conf envv6-1 rdma3 '{"ipam": {"type": "host-local", "subnet": "fd01:0:0:103::/112"}}'
+	assert_ok cni_exec ADD /tmp/envv6-0.conf /run/netns/envv6 net1 envv6
+	assert_ok cni_exec ADD /tmp/envv6-1.conf /run/netns/envv6 net2 envv6
+	assert_ok in_pod envv6 "$(env_bin)" env --format json
+	json=$OUT
+	assert_eq "$(jq '.rails | length' <<<"$json")" 2 "number of rails"
+	for i in 0 1; do
+		ifn=net$((i + 1)) prefix=2001:db8:$((13 + i))::/64
+		dev=$(jq -r ".rails[$i].rdmaDevice" <<<"$json")
+		port=$(jq -r ".rails[$i].port" <<<"$json")
+		idx=$(jq -r ".rails[$i].gidIndex" <<<"$json")
+		gid=$(jq -r ".rails[$i].gid" <<<"$json")
+		in_prefix "$gid" "$prefix" || fail "$ifn: env's GID $gid is not the SLAAC address in $prefix"
+		assert_eq "$idx" "$(alias_field envv6 "$ifn" gid_index)" "$ifn gidIndex as in the ifalias"
+		assert_eq "$(in_pod envv6 cat "/sys/class/infiniband/$dev/ports/$port/gids/$idx")" "$(gid_long "$gid")" \
+			"$ifn GID at $dev/$port/$idx (pod view)"
+		note "$ifn: $gid at $dev/$port index $idx"
+		first=${first:-$idx}
+		[[ $idx == "$first" ]] || same=0
+	done
+	if ((same)); then
+		assert_eq "$(jq -r .env.NCCL_IB_GID_INDEX <<<"$json")" "$first" "NCCL_IB_GID_INDEX"
+	else
+		assert_eq "$(jq -r .env.NCCL_IB_ADDR_FAMILY <<<"$json")" AF_INET6 "NCCL_IB_ADDR_FAMILY with differing indexes"
+	fi
+	assert_ok cni_exec DEL /tmp/envv6-1.conf /run/netns/envv6 net2 envv6
+	assert_ok cni_exec DEL /tmp/envv6-0.conf /run/netns/envv6 net1 envv6
+	for r in rdma2 rdma3; do sysctl -qw "net.ipv6.conf.$r.accept_ra=1"; done
+}
