@@ -788,12 +788,19 @@ fn netdev_findings(ports: &[PortReport], netdevs: &[NetdevReport], findings: &mu
                     ),
                 ));
             } else if a.tentative {
+                // A link-local address is tentative for the first second of every child's life
+                // and carries no RoCE traffic: worth a line, not a problem.
+                let link_local = a.address.starts_with("fe80:");
                 findings.push(finding(
-                    Severity::Warning,
+                    if link_local {
+                        Severity::Info
+                    } else {
+                        Severity::Warning
+                    },
                     "tentative-address",
                     format!(
-                        "{} on {} is still tentative (IPv6 DAD running): it has no GID until \
-                         DAD completes",
+                        "{} on {} is still tentative (IPv6 DAD running): peers cannot resolve \
+                         it until DAD completes",
                         a.address, n.name
                     ),
                     Some(
