@@ -321,16 +321,7 @@ impl Netlink {
     /// The IPv6 default router learned on link `index` (from router advertisements), if any.
     pub async fn default_router6(&self, index: u32) -> Result<Option<std::net::Ipv6Addr>> {
         use netlink_packet_route::route::{RouteAddress, RouteAttribute};
-        let mut b = RouteMessageBuilder::<IpAddr>::new();
-        b.get_mut().header.address_family = AddressFamily::Inet6;
-        let routes: Vec<_> = self
-            .handle
-            .route()
-            .get(b.build())
-            .execute()
-            .try_collect()
-            .await
-            .map_err(|e| Error::netlink("cannot list IPv6 routes", e))?;
+        let routes = self.routes(true).await?;
         Ok(routes.iter().find_map(|r| {
             let oif = r.attributes.iter().find_map(|a| match a {
                 RouteAttribute::Oif(i) => Some(*i),
@@ -382,21 +373,29 @@ impl Netlink {
 
     /// Whether `table` holds any route of `family` (4 or 6).
     pub async fn table_has_routes(&self, table: u32, v6: bool) -> Result<bool> {
+        let routes = self.routes(v6).await?;
+        Ok(routes.iter().any(|r| route_table(r) == table))
+    }
+
+    async fn routes(&self, v6: bool) -> Result<Vec<netlink_packet_route::route::RouteMessage>> {
         let mut b = RouteMessageBuilder::<IpAddr>::new();
         b.get_mut().header.address_family = if v6 {
             AddressFamily::Inet6
         } else {
             AddressFamily::Inet
         };
-        let routes: Vec<_> = self
-            .handle
+        self.handle
             .route()
             .get(b.build())
             .execute()
             .try_collect()
             .await
-            .map_err(|e| Error::netlink("cannot list routes", e))?;
-        Ok(routes.iter().any(|r| route_table(r) == table))
+            .map_err(|e| Error::netlink("cannot list routes", e))
+    }
+
+    /// The rtnetlink handle, for read-only dumps that have no verb here (diagnose).
+    pub fn handle(&self) -> &Handle {
+        &self.handle
     }
 
     pub async fn add_rule(&self, source: IpAddr, table: u32, priority: u32) -> Result<()> {

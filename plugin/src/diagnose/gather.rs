@@ -267,23 +267,11 @@ fn sysfs_ports(
     ports
 }
 
-/// Every link of `ns` with its addresses. Read-only queries that the plugin's `Netlink`
-/// wrapper has no verb for (a full dump with address flags), done on a socket opened inside
-/// `ns` the same way `Netlink::in_netns` does.
+/// Every link of `ns` with its addresses: full dumps with address flags, which the plugin's
+/// `Netlink` verbs do not offer, on its socket inside `ns`.
 async fn netdevs_in(ns: &Netns) -> Result<Vec<Netdev>> {
-    let runtime = tokio::runtime::Handle::current();
-    let (conn, handle, _) = ns
-        .run(move || {
-            let _guard = runtime.enter();
-            rtnetlink::new_connection()
-        })?
-        .map_err(|e| {
-            Error::io(
-                format!("cannot open a netlink socket in {}", ns.path().display()),
-                e,
-            )
-        })?;
-    tokio::spawn(conn);
+    let nl = crate::netlink::Netlink::in_netns(ns)?;
+    let handle = nl.handle();
     let links: Vec<LinkMessage> = handle
         .link()
         .get()
