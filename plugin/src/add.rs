@@ -49,6 +49,7 @@ struct Ready<'a> {
 
 pub async fn add(env: &Env, conf: &NetConf) -> Result<Value> {
     let ready = validate(env, conf).await?;
+    tracing::debug!(rdma = %ready.port, "validated");
     let mut undo = UndoStack::default();
     match build(&ready, &mut undo).await {
         Ok(doc) => Ok(doc),
@@ -156,20 +157,9 @@ async fn build(r: &Ready<'_>, undo: &mut UndoStack<Step>) -> Result<Value> {
     let (env, conf, pod) = (r.env, r.conf, &r.pod);
     let host = Netlink::current()?;
 
-    // The child is created under a temporary name: creating it as CNI_IFNAME straight away
-    // fails with EEXIST when the host namespace happens to have a link of that name (the kernel
-    // checks the name where the request is made), though the pod does not.
-    let temp = temp_name(env);
-    host.create_ipvlan_l2(&temp, r.master.index, conf.mtu, &r.netns)
-        .await?;
-    let child = pod.link_by_name(&temp).await?.ok_or_else(|| {
-        Error::io(
-            format!("IPvlan child {temp} vanished from the pod right after it was created"),
-            std::io::Error::from(std::io::ErrorKind::NotFound),
-        )
-    })?;
+    let child = create_child(r, &host).await?;
     undo.push(Step::Link { index: child.index });
-    pod.rename(child.index, &env.ifname).await?;
+    tracing::debug!(index = child.index, "child created");
 
     let mut result = match &r.ipam {
         Some(ipam) => {
@@ -181,25 +171,23 @@ async fn build(r: &Ready<'_>, undo: &mut UndoStack<Step>) -> Result<Value> {
         }
         None => CniResult::default(),
     };
+    tracing::debug!(ips = result.ips.len(), "IPAM done");
 
-    for s in &conf.sysctls {
-        if s.pod_wide {
-            let old = r.netns.run(|| sysctl::read(s))??;
-            undo.push(Step::Sysctl {
-                sysctl: Sysctl {
-                    value: old,
-                    ..s.clone()
-                },
-            });
-        }
-        r.netns.run(|| sysctl::write(s))??;
-    }
+    let mut sysctls = conf.sysctls.clone();
     if conf.slaac.is_none() && result.ips.iter().any(|ip| ip.address.is_ipv6()) {
         // An IPv6 address from IPAM (a placeholder, say) needs IPv6 on the child even when the
         // pod has it off by default; as the reference ipvlan plugin does, on this link only.
-        let on = sysctl::validate("net.ipv6.conf.IFNAME.disable_ipv6", "0", &env.ifname)?;
-        r.netns.run(|| sysctl::write(&on))??;
+        sysctls.push(sysctl::validate(
+            "net.ipv6.conf.IFNAME.disable_ipv6",
+            "0",
+            &env.ifname,
+        )?);
     }
+    let (saved, written) = r.netns.run(|| sysctl::apply(&sysctls))?;
+    for sysctl in saved {
+        undo.push(Step::Sysctl { sysctl });
+    }
+    written?;
 
     for ip in &result.ips {
         pod.add_address(child.index, ip.address).await?;
@@ -210,6 +198,7 @@ async fn build(r: &Ready<'_>, undo: &mut UndoStack<Step>) -> Result<Value> {
         None => None,
     };
     pod.set_up(child.index).await?;
+    tracing::debug!("sysctls set, addresses added, child up");
 
     let plan = routing::plan(
         child.index,
@@ -218,6 +207,11 @@ async fn build(r: &Ready<'_>, undo: &mut UndoStack<Step>) -> Result<Value> {
         conf.source_routing,
     );
     install_routes(r, undo, child.index, &plan).await?;
+    tracing::debug!(
+        routes = plan.routes.len(),
+        rules = plan.rules.len(),
+        "routes installed"
+    );
 
     let gid_addr = match (&conf.slaac, events.as_mut()) {
         (Some(slaac_conf), Some(events)) => {
@@ -252,6 +246,7 @@ async fn build(r: &Ready<'_>, undo: &mut UndoStack<Step>) -> Result<Value> {
     };
 
     let roce = wait_for_gid(r, gid_addr).await?;
+    tracing::debug!(gid_index = roce.gid_index, "GID visible in the pod");
     if !r.netns.still_at_path() {
         // The runtime deleted the pod while ADD ran: our fd kept the namespace alive, so every
         // step worked, but nobody can reach the attachment and the IPAM address would leak
@@ -368,6 +363,44 @@ async fn delete_rule(pod: &Netlink, source: IpAddr, table: u32) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Creates the IPvlan child in the pod as CNI_IFNAME.
+///
+/// First in one request, straight under its final name. The kernel looks a create request's
+/// name up in the namespace the request is sent from, so that fails with EEXIST when the host
+/// has a link of that name (though the pod does not). Then the child is created under a
+/// temporary name and renamed in the pod, as the reference plugins always do; the rename costs
+/// an RCU grace period in the kernel (`dev_change_name`), which is why it is not the first try.
+async fn create_child(r: &Ready<'_>, host: &Netlink) -> Result<Link> {
+    let (env, conf, pod) = (r.env, r.conf, &r.pod);
+    let name = match host
+        .create_ipvlan_l2(&env.ifname, r.master.index, conf.mtu, &r.netns)
+        .await
+    {
+        Ok(()) => env.ifname.clone(),
+        Err(e) if e.netlink_errno() == Some(libc::EEXIST) => {
+            let temp = temp_name(env);
+            tracing::debug!(ifname = %env.ifname, %temp, "the host has a link of that name; creating under a temporary one");
+            host.create_ipvlan_l2(&temp, r.master.index, conf.mtu, &r.netns)
+                .await?;
+            temp
+        }
+        Err(e) => return Err(e),
+    };
+    let child = pod.link_by_name(&name).await?.ok_or_else(|| {
+        Error::io(
+            format!("IPvlan child {name} vanished from the pod right after it was created"),
+            std::io::Error::from(std::io::ErrorKind::NotFound),
+        )
+    })?;
+    if name != env.ifname {
+        if let Err(e) = pod.rename(child.index, &env.ifname).await {
+            let _ = pod.delete_link(child.index).await;
+            return Err(e);
+        }
+    }
+    Ok(child)
 }
 
 /// A name for the child while it is created: unique per attachment, at most 15 bytes, and the

@@ -26,6 +26,7 @@ pub async fn del(env: &Env, conf: &NetConf) -> Result<()> {
             Err(e) => tracing::warn!(error = %e, "not cleaning up inside CNI_NETNS"),
         }
     }
+    tracing::debug!("pod side removed");
     let prev = conf
         .prev_result
         .as_ref()
@@ -38,7 +39,8 @@ pub async fn del(env: &Env, conf: &NetConf) -> Result<()> {
 
 async fn remove_child(env: &Env, netns: &Netns) -> Result<()> {
     let pod = Netlink::in_netns(netns)?;
-    // A child still under its temporary name: an ADD was killed before renaming it.
+    // A child still under its temporary name: an ADD that had to use one (see add.rs) was
+    // killed before renaming it.
     let temp = crate::add::temp_name(env);
     if let Some(link) = pod.link_by_name(&temp).await? {
         if link.kind == Some(InfoKind::IpVlan) {

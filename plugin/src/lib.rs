@@ -89,6 +89,7 @@ fn dispatch(env: &Env, stdin: &[u8]) -> Result<Option<Value>> {
         network = %conf.name,
     );
     let _entered = span.enter();
+    tracing::debug!("configuration read");
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -215,31 +215,30 @@ pub fn wait_for_gid(
 
 /// The RDMA port bound to the netdev `ifindex`/`ifname`, or None if the netdev has none.
 ///
-/// Asks RDMA netlink first (exact match on the netdev index); when netlink is unavailable
-/// (ib_core not loaded, old kernel) or finds nothing, falls back to [`Sysfs::port_of_netdev`].
-/// Must run in the netns where the netdev lives: the kernel reports a port's netdev only to
-/// sockets of that netns.
+/// Asks RDMA netlink first (exact match on the netdev index), starting with the devices sysfs
+/// ties to the netdev; when netlink is unavailable (ib_core not loaded, old kernel) or finds
+/// nothing, falls back to [`Sysfs::port_of_netdev`]. Must run in the netns where the netdev
+/// lives: the kernel reports a port's netdev only to sockets of that netns.
 pub fn port_of_netdev(ifindex: u32, ifname: &str) -> io::Result<Option<RdmaPort>> {
-    match netlink_ports() {
-        Ok(ports) => {
-            if let Some(found) = ports.into_iter().find(|p| p.ndev_index == Some(ifindex)) {
-                if found.ndev_name.as_deref() != Some(ifname) {
-                    tracing::debug!(
-                        ifindex,
-                        ifname,
-                        netlink_name = ?found.ndev_name,
-                        "RDMA netlink names the netdev differently (renamed?)"
-                    );
-                }
-                return Ok(Some(found.port));
+    let sysfs = Sysfs::system();
+    match nldev::port_of_ifindex(ifindex, &sysfs.devices_near_netdev(ifname)) {
+        Ok(Some(found)) => {
+            if found.ndev_name.as_deref() != Some(ifname) {
+                tracing::debug!(
+                    ifindex,
+                    ifname,
+                    netlink_name = ?found.ndev_name,
+                    "RDMA netlink names the netdev differently (renamed?)"
+                );
             }
-            tracing::debug!(ifindex, ifname, "no RDMA port in netlink; trying sysfs");
+            return Ok(Some(found.port));
         }
+        Ok(None) => tracing::debug!(ifindex, ifname, "no RDMA port in netlink; trying sysfs"),
         Err(err) => {
-            tracing::debug!(ifindex, ifname, error = %err, "RDMA netlink failed; trying sysfs");
+            tracing::debug!(ifindex, ifname, error = %err, "RDMA netlink failed; trying sysfs")
         }
     }
-    Sysfs::system().port_of_netdev(ifname)
+    sysfs.port_of_netdev(ifname)
 }
 
 #[cfg(test)]

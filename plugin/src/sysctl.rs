@@ -197,6 +197,28 @@ pub fn write(s: &Sysctl) -> Result<()> {
     })
 }
 
+/// Writes `list` in order, from a thread inside the pod's netns (one thread for all of them:
+/// entering a netns costs a thread), and returns the previous value of each pod-wide key it
+/// got to, so that a failed ADD can restore them: on an error too, with the error.
+pub fn apply(list: &[Sysctl]) -> (Vec<Sysctl>, Result<()>) {
+    let mut saved = Vec::new();
+    for s in list {
+        if s.pod_wide {
+            match read(s) {
+                Ok(old) => saved.push(Sysctl {
+                    value: old,
+                    ..s.clone()
+                }),
+                Err(e) => return (saved, Err(e)),
+            }
+        }
+        if let Err(e) = write(s) {
+            return (saved, Err(e));
+        }
+    }
+    (saved, Ok(()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

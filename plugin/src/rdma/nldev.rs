@@ -65,29 +65,39 @@ pub enum NetnsMode {
 
 /// Every port of every RDMA device visible from this thread's netns, with its netdev.
 pub fn netlink_ports() -> io::Result<Vec<PortNetdev>> {
-    let devices = exchange(nldev_type(RDMA_NLDEV_CMD_GET), NLM_F_DUMP, &[])
-        .map_err(|e| context(e, "listing RDMA devices"))?;
+    let mut conn = Conn::open()?;
     let mut ports = Vec::new();
-    for device in &devices {
-        let (index, name) = device_handle(device)?;
-        // The port dump is per device: the kernel rejects it without DEV_INDEX.
-        let replies = exchange(
-            nldev_type(RDMA_NLDEV_CMD_PORT_GET),
-            NLM_F_DUMP,
-            &[(RDMA_NLDEV_ATTR_DEV_INDEX, &index.to_ne_bytes())],
-        )
-        .map_err(|e| context(e, &format!("listing the ports of {name}")))?;
-        for reply in &replies {
-            ports.push(port_netdev(reply)?);
-        }
+    for (index, name) in conn.devices()? {
+        ports.extend(conn.ports(index, &name)?);
     }
     Ok(ports)
+}
+
+/// The port bound to the netdev `ifindex` of this thread's netns, or None. The devices named
+/// in `first` are asked before the others and the walk stops at the first match, so a node
+/// with 16 rails costs one device dump and, when `first` is right, one port dump.
+pub fn port_of_ifindex(ifindex: u32, first: &[String]) -> io::Result<Option<PortNetdev>> {
+    let mut conn = Conn::open()?;
+    let mut devices = conn.devices()?;
+    // Stable: the hinted devices first, each group in the kernel's order.
+    devices.sort_by_key(|(_, name)| !first.contains(name));
+    for (index, name) in devices {
+        if let Some(found) = conn
+            .ports(index, &name)?
+            .into_iter()
+            .find(|p| p.ndev_index == Some(ifindex))
+        {
+            return Ok(Some(found));
+        }
+    }
+    Ok(None)
 }
 
 /// The RDMA subsystem's netns mode. In exclusive mode an RDMA device belongs to one netns, so
 /// pods cannot share the rail's device; callers check this before changing anything.
 pub fn netns_mode() -> io::Result<NetnsMode> {
-    let replies = exchange(nldev_type(RDMA_NLDEV_CMD_SYS_GET), 0, &[])
+    let replies = Conn::open()?
+        .exchange(nldev_type(RDMA_NLDEV_CMD_SYS_GET), 0, &[])
         .map_err(|e| context(e, "reading the RDMA netns mode"))?;
     let reply = replies.first().ok_or_else(|| {
         io::Error::new(
@@ -106,30 +116,71 @@ fn nldev_type(cmd: u16) -> u16 {
     (RDMA_NL_NLDEV << 10) + cmd
 }
 
-/// Sends one request on a fresh socket and collects the attributes of every reply.
-fn exchange(msg_type: u16, flags: u16, attrs: &[(u16, &[u8])]) -> io::Result<Vec<Attrs>> {
-    let mut socket = Socket::new(NETLINK_RDMA)?;
-    socket.bind_auto()?;
-    socket.connect(&SocketAddr::new(0, 0))?;
-    let seq = 1;
-    socket.send(
-        &encode_request(msg_type, NLM_F_REQUEST | flags, seq, attrs),
-        0,
-    )?;
-    let mut buf = Vec::with_capacity(RECV_BUF_LEN);
-    let mut replies = Vec::new();
-    loop {
-        buf.clear();
-        // MSG_TRUNC makes recv return the datagram's real length, so truncation shows.
-        let len = socket.recv(&mut buf, nix::libc::MSG_TRUNC)?;
-        if len > buf.len() {
-            return Err(io::Error::other(format!(
-                "a {len} byte reply does not fit the {} byte buffer",
-                buf.len()
-            )));
-        }
-        if collect_replies(&buf, seq, msg_type, &mut replies)? == Progress::Done {
-            return Ok(replies);
+/// One RDMA netlink socket; requests on it are numbered so that replies cannot mix.
+struct Conn {
+    socket: Socket,
+    seq: u32,
+}
+
+impl Conn {
+    fn open() -> io::Result<Conn> {
+        let mut socket = Socket::new(NETLINK_RDMA)?;
+        socket.bind_auto()?;
+        socket.connect(&SocketAddr::new(0, 0))?;
+        Ok(Conn { socket, seq: 0 })
+    }
+
+    /// Index and name of every RDMA device.
+    fn devices(&mut self) -> io::Result<Vec<(u32, String)>> {
+        self.exchange(nldev_type(RDMA_NLDEV_CMD_GET), NLM_F_DUMP, &[])
+            .map_err(|e| context(e, "listing RDMA devices"))?
+            .iter()
+            .map(device_handle)
+            .collect()
+    }
+
+    /// The ports of one device. The port dump is per device: the kernel rejects it without
+    /// DEV_INDEX.
+    fn ports(&mut self, index: u32, name: &str) -> io::Result<Vec<PortNetdev>> {
+        self.exchange(
+            nldev_type(RDMA_NLDEV_CMD_PORT_GET),
+            NLM_F_DUMP,
+            &[(RDMA_NLDEV_ATTR_DEV_INDEX, &index.to_ne_bytes())],
+        )
+        .map_err(|e| context(e, &format!("listing the ports of {name}")))?
+        .iter()
+        .map(port_netdev)
+        .collect()
+    }
+
+    /// Sends one request and collects the attributes of every reply.
+    fn exchange(
+        &mut self,
+        msg_type: u16,
+        flags: u16,
+        attrs: &[(u16, &[u8])],
+    ) -> io::Result<Vec<Attrs>> {
+        self.seq += 1;
+        let seq = self.seq;
+        self.socket.send(
+            &encode_request(msg_type, NLM_F_REQUEST | flags, seq, attrs),
+            0,
+        )?;
+        let mut buf = Vec::with_capacity(RECV_BUF_LEN);
+        let mut replies = Vec::new();
+        loop {
+            buf.clear();
+            // MSG_TRUNC makes recv return the datagram's real length, so truncation shows.
+            let len = self.socket.recv(&mut buf, nix::libc::MSG_TRUNC)?;
+            if len > buf.len() {
+                return Err(io::Error::other(format!(
+                    "a {len} byte reply does not fit the {} byte buffer",
+                    buf.len()
+                )));
+            }
+            if collect_replies(&buf, seq, msg_type, &mut replies)? == Progress::Done {
+                return Ok(replies);
+            }
         }
     }
 }

@@ -110,6 +110,31 @@ impl Sysfs {
         Ok(None)
     }
 
+    /// RDMA devices that sysfs ties to the netdev `ifname` without reading any GID table: the
+    /// PCI function's `infiniband/` directory (ConnectX and other PCI NICs) and the `parent`
+    /// attribute of software devices (rxe, siw). A hint for the order of the netlink lookup,
+    /// which has the final word; unreadable entries are skipped.
+    pub fn devices_near_netdev(&self, ifname: &str) -> Vec<String> {
+        let Ok(ifname) = path_component(ifname) else {
+            return Vec::new();
+        };
+        let pci = self
+            .root
+            .join("class/net")
+            .join(ifname)
+            .join("device/infiniband");
+        let mut near = sorted_names(&pci).unwrap_or_default();
+        if near.is_empty() {
+            for device in sorted_names(&self.class_dir()).unwrap_or_default() {
+                let parent = fs::read_to_string(self.class_dir().join(&device).join("parent"));
+                if parent.is_ok_and(|p| p.trim() == ifname) {
+                    near.push(device);
+                }
+            }
+        }
+        near
+    }
+
     /// The port one of whose GIDs belongs to the netdev `ifname` (the default link-local GID
     /// at index 0 belongs to the rail netdev), or None. Fallback for when RDMA netlink cannot
     /// answer; must run in the netns where `ifname` lives, or OFED kernels hide its GIDs.
@@ -545,6 +570,33 @@ mod tests {
             Sysfs::new(bare.path()).port_of_netdev("eth0").unwrap(),
             None
         );
+    }
+
+    #[test]
+    fn devices_near_netdev_from_pci_dir_or_parent() {
+        let tmp = TempDir::new().unwrap();
+        let root = tmp.path();
+        // A ConnectX PF: its PCI function lists the RDMA device (sysfs shows it through the
+        // netdev's `device` link; a directory stands in for the link here).
+        fs::create_dir_all(root.join("class/net/ens1f0np0/device/infiniband/mlx5_0")).unwrap();
+        // Soft-RoCE: no PCI function, a `parent` attribute naming the netdev.
+        for (dev, parent) in [("rxe0", "rdma0\n"), ("rxe1", "rdma1\n")] {
+            fs::create_dir_all(root.join("class/infiniband").join(dev)).unwrap();
+            fs::write(
+                root.join("class/infiniband").join(dev).join("parent"),
+                parent,
+            )
+            .unwrap();
+        }
+        fs::create_dir_all(root.join("class/infiniband/mlx5_0")).unwrap();
+        let sysfs = Sysfs::new(root);
+        assert_eq!(sysfs.devices_near_netdev("ens1f0np0"), ["mlx5_0"]);
+        assert_eq!(sysfs.devices_near_netdev("rdma1"), ["rxe1"]);
+        assert!(sysfs.devices_near_netdev("rdma7").is_empty());
+        assert!(sysfs.devices_near_netdev("../rdma1").is_empty());
+        assert!(Sysfs::new(root.join("nothing"))
+            .devices_near_netdev("rdma0")
+            .is_empty());
     }
 
     #[test]

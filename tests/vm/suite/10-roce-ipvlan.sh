@@ -71,6 +71,27 @@ add_one() {
 
 cni_code() { jq -r '.code // empty' <<<"$1" 2>/dev/null || true; }
 
+# ADD creates the child under CNI_IFNAME in one request, which the kernel refuses (EEXIST) when
+# the *host* has a link of that name; then it goes through a temporary name and a rename. The
+# host link must not be touched, and the pod must get its child all the same.
+test_host_link_named_like_the_pod_ifname() {
+	require_plugin
+	local conf=/tmp/hostname-clash.conf cidr info dev port idx table
+	modprobe dummy
+	ip link add net7 type dummy
+	roce_conf "$conf" hostname-clash rdma2 1.0.0 10.9.14.0/24
+	new_pod clash
+	assert_ok cnidriver add "$conf" /run/netns/clash --ifname net7
+	cidr=$(jq -r '.ips[0].address' <<<"$OUT")
+	info=$(verify_attachment clash net7 rdma2 "$cidr")
+	read -r dev port idx table <<<"$info"
+	assert_match "$(ip -d link show dev net7)" 'dummy' "the host's net7 is still its dummy"
+	assert_ok cnidriver del "$conf" /run/netns/clash --ifname net7
+	verify_gone clash net7 hostname-clash "${cidr%/*}" "$dev" "$table"
+	assert_match "$(ip -d link show dev net7)" 'dummy' "the host's net7 after DEL"
+	ip link del net7
+}
+
 test_check_detects_removed_address() {
 	require_plugin
 	local cidr

@@ -153,14 +153,17 @@ test_fault_kill_during_gid_wait_then_del() {
 }
 
 # SIGKILL after 0 to 1.4 s (an ADD takes about 1-2 s under TCG), across the steps of an ADD that
-# succeeds when left alone; each time DEL must leave nothing (this covers the child still under
-# its temporary name).
+# succeeds when left alone; each time DEL must leave nothing. Every other round the host has a
+# link named like CNI_IFNAME, so ADD takes its temporary-name path (add.rs, create_child), and
+# a kill there leaves the child under that name.
 test_fault_kill_at_random_points_then_del() {
 	fault_setup fkill3
 	local i delay pid
 	roce_conf /tmp/f-kill3.conf f-kill3 rdma3 1.0.0 "$FAULT_SUBNET"
+	modprobe dummy
 	for i in $(seq 8); do
 		delay=$(printf '%d.%03d' $(((i - 1) * 200 / 1000)) $(((i - 1) * 200 % 1000)))
+		((i % 2 == 0)) && ip link add net1 type dummy
 		CNI_COMMAND=ADD CNI_CONTAINERID=kill3 CNI_NETNS=/run/netns/fkill3 CNI_IFNAME=net1 \
 			CNI_PATH=$CNI_PATH "$CNI_BIN_DIR/roce-ipvlan" </tmp/f-kill3.conf >/tmp/kill3.out 2>&1 &
 		pid=$!
@@ -170,6 +173,10 @@ test_fault_kill_at_random_points_then_del() {
 		note "killed after ${delay}s: links '$(pod_links fkill3)', allocations '$(host_local_ips f-kill3 | tr '\n' ' ')'"
 		assert_ok cni_exec DEL /tmp/f-kill3.conf /run/netns/fkill3 net1 kill3
 		in_pod fkill3 sysctl -qw net.ipv4.conf.all.rp_filter=1
+		if ((i % 2 == 0)); then
+			assert_match "$(ip -d link show dev net1)" dummy "round $i: the host's net1"
+			ip link del net1
+		fi
 		assert_nothing_left fkill3 f-kill3 "kill after ${delay}s, then DEL"
 	done
 }
@@ -276,4 +283,14 @@ test_fault_refused_before_any_change() {
 		assert_match "$(cni_code "$OUT") $OUT" '^7 .*sysctl' "sysctl key ${key@Q}"
 	done
 	assert_nothing_left fref f-ref "refusals"
+}
+
+# A sysctl the kernel does not have, after the pod-wide rp_filter was already written (ADD
+# writes them all from one thread): 106, and the pod-wide value is restored with the rest.
+test_fault_sysctl_write_fails_after_a_pod_wide_one() {
+	fault_setup fsysctl
+	local conf=/tmp/f-sysctl-write.conf
+	roce_conf /tmp/f-sysctl-base.conf f-sysctl-write rdma1 1.0.0 "$FAULT_SUBNET"
+	jq '.sysctl = {"net.ipv4.conf.IFNAME.no_such_key": "1"}' /tmp/f-sysctl-base.conf >"$conf"
+	fault_add "$conf" fsysctl 106 'cannot set net\.ipv4\.conf\.net1\.no_such_key' "unknown sysctl key"
 }
