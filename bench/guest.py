@@ -12,12 +12,11 @@ can be developed with small ones; bench/run.sh sets the published sizes.
 import json
 import os
 import re
-import shutil
 import statistics
 import subprocess
 import sys
 import time
-from datetime import datetime
+from datetime import datetime, timezone
 
 RAILS = os.environ["VM_RAILS"].split()
 PEERS = int(os.environ.get("VM_PEERS", "0"))
@@ -28,7 +27,7 @@ SCALE_PODS = int(os.environ.get("BENCH_SCALE_PODS", "5"))
 CONC = [int(x) for x in os.environ.get("BENCH_CONC", "1 8 32").split()]
 CONC_ROUNDS = int(os.environ.get("BENCH_CONC_ROUNDS", "2"))
 V6_TRIALS = int(os.environ.get("BENCH_V6_TRIALS", "5"))
-RSS_RUNS = int(os.environ.get("BENCH_RSS_RUNS", "3"))
+RSS_RUNS = int(os.environ.get("BENCH_RSS_RUNS", "5"))
 WORK = "/run/bench"
 TIMING = f"{WORK}/libcni-timing"
 IMPLS = ("roce", "chain")
@@ -191,10 +190,26 @@ STUB_IPAM = """#!/bin/busybox sh
 while read -r _; do :; done
 n=${CNI_IFNAME#net}
 case $CNI_COMMAND in
-ADD) printf '{"cniVersion":"1.0.0","ips":[{"address":"10.30.%s.%s/24"}]}' "$n" "${CNI_CONTAINERID#rss}" ;;
+ADD) cat /proc/$PPID/smaps_rollup >"/run/bench/smaps-$(cat /proc/$PPID/comm)"
+     printf '{"cniVersion":"1.0.0","ips":[{"address":"10.30.%s.%s/24"}]}' "$n" "${CNI_CONTAINERID#rss}" ;;
 VERSION) printf '{"cniVersion":"1.0.0","supportedVersions":["0.4.0","1.0.0"]}' ;;
 esac
 """
+
+
+def read_smaps(impl):
+    """The memory of the plugin that called the stub IPAM, as the stub saw it mid-ADD."""
+    proc = "roce-ipvlan" if impl == "roce" else "ipvlan"
+    path = f"{WORK}/smaps-{proc}"
+    kib = {}
+    with open(path) as f:
+        for line in f:
+            p = line.split()
+            if len(p) == 3 and p[2] == "kB":
+                kib[p[0].rstrip(":")] = int(p[1])
+    os.unlink(path)
+    return {"proc": proc, "rss_kib": kib["Rss"], "anon_kib": kib["Anonymous"],
+            "file_kib": kib["Rss"] - kib["Anonymous"] - kib.get("Shmem", 0)}
 
 
 def bench_rusage():
@@ -210,7 +225,7 @@ def bench_rusage():
         f.write(STUB_IPAM)
     os.chmod(f"{wrap}/stub-ipam", 0o755)
     env = driver_env(wrap)
-    rows = []
+    rows, smaps = [], []
 
     def collect(kind, impl):
         if not os.path.exists(usage):
@@ -234,7 +249,9 @@ def bench_rusage():
                 driver("del", conf, pod, "net1", pod, env)
                 del_pod(pod)
                 collect(kind, impl)
-    return rows
+                if kind == "stub":
+                    smaps.append(dict(impl=impl, **read_smaps(impl)))
+    return {"rows": rows, "smaps": smaps}
 
 
 # --- IPv6 SLAAC ---
@@ -376,26 +393,94 @@ def bench_ipv6():
     return rows
 
 
-# --- profile: where one ADD spends its time (strace -f, timestamps) ---
-def profile():
-    out = {}
-    env = driver_env()
-    for impl in IMPLS:
-        pod = f"prof{impl}"
+# --- profile: where the time goes ---
+PROFILE_RUNS = int(os.environ.get("BENCH_PROFILE_RUNS", "10"))
+START_RUNS = int(os.environ.get("BENCH_START_RUNS", "20"))
+# The debug events of one roce-ipvlan ADD/DEL, in order (plugin/src/lib.rs, add.rs, del.rs); each
+# phase ends at its event.
+ADD_PHASES = [("configuration read", "exec, start-up, configuration"),
+              ("validated", "checks: rail, RDMA port, pod"),
+              ("child created", "create the IPvlan child"),
+              ("IPAM done", "IPAM (exec host-local)"),
+              ("sysctls set", "sysctls, addresses, link up"),
+              ("routes installed", "routes and source rule"),
+              ("GID visible", "wait for the RoCE v2 GID"),
+              ("attachment ready", "ifalias, result")]
+DEL_PHASES = [("configuration read", "exec, start-up, configuration"),
+              ("pod side removed", "rules and child")]
+LOG_LINE = re.compile(r"^(\S+)Z\s+\w+\s.*?: roce_ipvlan(?:::\w+)*: (.*)$")
+
+
+def run_ms(argv, env, stdin=""):
+    t0 = time.perf_counter()
+    r = subprocess.run(argv, env=env, input=stdin, capture_output=True, text=True)
+    return (time.perf_counter() - t0) * 1e3, r
+
+
+def phases_of(stderr, spawned, ended, names, last):
+    """Milliseconds per phase from the plugin's debug events (UTC stamps, compared with time.time())."""
+    stamps = {}
+    for line in stderr.splitlines():
+        m = LOG_LINE.match(line)
+        if not m:
+            continue
+        t = datetime.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S.%f").replace(tzinfo=timezone.utc).timestamp()
+        for key, _ in names:
+            if m.group(2).startswith(key) and key not in stamps:
+                stamps[key] = t
+    if len(stamps) != len(names):
+        raise RuntimeError(f"profile: missing debug events {set(k for k, _ in names) - set(stamps)}:\n{stderr}")
+    row, prev = {}, spawned
+    for key, label in names:
+        row[label] = (stamps[key] - prev) * 1e3
+        prev = stamps[key]
+    row[last] = (ended - prev) * 1e3
+    return row
+
+
+def bench_profile():
+    base = dict(os.environ, CNI_PATH=CNI_BIN)
+    version = dict(base, CNI_COMMAND="VERSION")
+    # Process start-up alone: exec, runtime initialisation, a VERSION reply, exit. Interleaved.
+    starters = {"/bin/true": ["/bin/true"]}
+    for name in ("roce-ipvlan", "ipvlan", "tuning", "sbr", "host-local"):
+        starters[name] = [f"{CNI_BIN}/{name}"]
+    start = {name: [] for name in starters}
+    for _ in range(START_RUNS):
+        for name, argv in starters.items():
+            ms, r = run_ms(argv, version, '{"cniVersion":"1.0.0"}')
+            if r.returncode != 0:
+                raise RuntimeError(f"{name} VERSION: {r.stdout} {r.stderr}")
+            start[name].append(ms)
+    # host-local on its own, as both sides execute it.
+    hl = json.dumps({"cniVersion": "1.0.0", "name": "bench-hl",
+                     "ipam": {"type": "host-local", "subnet": "10.22.0.0/24"}})
+    rc = json.dumps({"cniVersion": "1.0.0", "name": "bench-debug", "type": "roce-ipvlan",
+                     "master": RAILS[1], "logLevel": "debug",
+                     "ipam": {"type": "host-local", "subnet": "10.23.0.0/24"}})
+    hostlocal = {"add": [], "del": []}
+    add_phases, del_phases = [], []
+    for k in range(PROFILE_RUNS):
+        pod = f"phase{k}"
         new_pod(pod)
-        conf = conflist(impl, 0, tag="prof")
-        # warm the page cache for this exact path first
-        driver("add", conf, pod, "net1", pod, env)
-        driver("del", conf, pod, "net1", pod, env)
-        trace = f"{WORK}/strace-{impl}.txt"
-        sh("strace", "-f", "-ttt", "-e", "trace=execve,clone,clone3,vfork,wait4,sendmsg,sendto,"
-           "recvmsg,recvfrom,setns,exit_group,ppoll,poll", "-o", trace, "cnidriver", "add", conf, f"/run/netns/{pod}",
-           "--ifname", "net1", "--container-id", pod, env=env)
-        driver("del", conf, pod, "net1", pod, env)
+        cni = dict(base, CNI_CONTAINERID=pod, CNI_NETNS=f"/run/netns/{pod}", CNI_IFNAME="net1")
+        for verb in ("ADD", "DEL"):
+            ms, r = run_ms([f"{CNI_BIN}/host-local"], dict(cni, CNI_COMMAND=verb), hl)
+            if r.returncode != 0:
+                raise RuntimeError(f"host-local {verb}: {r.stdout} {r.stderr}")
+            hostlocal[verb.lower()].append(ms)
+        for verb, names, last, rows in (("ADD", ADD_PHASES, "exit", add_phases),
+                                        ("DEL", DEL_PHASES, "IPAM DEL, exit", del_phases)):
+            spawned = time.time()
+            r = subprocess.run([f"{CNI_BIN}/roce-ipvlan"], env=dict(cni, CNI_COMMAND=verb),
+                               input=rc, capture_output=True, text=True)
+            ended = time.time()
+            if r.returncode != 0:
+                raise RuntimeError(f"roce-ipvlan {verb}: {r.stdout} {r.stderr}")
+            rows.append(phases_of(r.stderr, spawned, ended, names, last))
         del_pod(pod)
-        with open(trace) as f:
-            out[impl] = f.read()
-    return out
+    return {"start_ms": start, "hostlocal_ms": hostlocal, "add_phases_ms": add_phases,
+            "del_phases_ms": del_phases}
 
 
 def setup():
@@ -418,7 +503,8 @@ def main():
     result = {"vm": setup(), "sizes": {"pods": PODS, "scale_rails": SCALE_RAILS,
                                        "scale_pods": SCALE_PODS, "conc": CONC,
                                        "conc_rounds": CONC_ROUNDS, "v6_trials": V6_TRIALS,
-                                       "rss_runs": RSS_RUNS}}
+                                       "rss_runs": RSS_RUNS, "start_runs": START_RUNS,
+                                       "profile_runs": PROFILE_RUNS}}
     t0 = time.time()
     if "v4" in sections:
         log(f"IPv4: {PODS} pods x {len(RAILS)} rails per implementation")
@@ -436,8 +522,8 @@ def main():
         result["rusage"] = bench_rusage()
     if "ipv6" in sections:
         result["ipv6"] = bench_ipv6()
-    if "profile" in sections and shutil.which("strace"):
-        result["strace"] = profile()
+    if "profile" in sections:
+        result["profile"] = bench_profile()
     result["guest_seconds"] = time.time() - t0
     print("@@BENCH-JSON " + json.dumps(result), flush=True)
 

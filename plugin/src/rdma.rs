@@ -177,7 +177,7 @@ pub enum WaitError {
 
 /// First and longest pause between two polls of [`wait_for_gid`]: the kernel adds the GID
 /// from a netdev notifier work item, usually within a few milliseconds of the address.
-const POLL_FIRST: Duration = Duration::from_millis(5);
+const POLL_FIRST: Duration = Duration::from_millis(1);
 const POLL_MAX: Duration = Duration::from_millis(50);
 
 /// Waits until `gid` of type RoCE v2 appears on `port` and returns its index.
