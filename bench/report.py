@@ -219,7 +219,7 @@ def main():
     S["ipv6"] = {m: {"after_up": stats([r["after_up_ms"] for r in v6 if r["mode"] == m]),
                      "add": stats([r["add_ms"] for r in v6 if r["mode"] == m]),
                      "global_after_up": stats([r["global_after_up_ms"] for r in v6 if r["mode"] == m])}
-                 for m in ("kernel", "kernel-optimistic", "wait", "optimistic", "off")}
+                 for m in ("kernel", "wait", "optimistic", "off")}
     write_csv(f"{a.out}/ipv6.csv", [{k: v for k, v in r.items() if k != "monitor"} for r in v6])
 
     # profile
@@ -257,9 +257,9 @@ def main():
     svg += svg_lines(560, 40, 380, 200, "per rail vs rails per pod: median ms", rails_x, scale, "rails per pod")
     svg += svg_lines(60, 350, 380, 200, "per attachment vs concurrent pods: batch ms / pods",
                      conc_x, conc_s, "concurrent pods")
-    modes = ("kernel", "wait", "optimistic", "off", "kernel-optimistic")
+    modes = ("kernel", "wait", "optimistic", "off")
     svg += svg_bars(560, 350, 380, 200, "IPv6 SLAAC: ms from link up to ready (median)",
-                    [(m.replace("kernel-optimistic", "kernel-opt"), {"x": S["ipv6"][m]["after_up"]["median"]})
+                    [(m, {"x": S["ipv6"][m]["after_up"]["median"]})
                      for m in modes])
     svg += legend(760, 600 - 40)
     svg.append("</svg>")
@@ -365,15 +365,12 @@ def render(S, rel):
     w("Milliseconds from the child's link-up (`ip -ts monitor` in the pod) to *ready*: for roce-ipvlan "
       "the return of ADD, which waits for the routable RoCE GID; for the kernel alone (an IPvlan L2 "
       "child made by hand, IPv6 on, brought up, nothing else) the first global SLAAC address without "
-      "`tentative` (`kernel`), or the first global address at all with `optimistic_dad=1` "
-      "(`kernel-optimistic`). *global* is the first notification of the global address; the kernel "
-      "notifies a tentative address only with optimistic DAD, so for `kernel` and `wait` it is when DAD "
-      "ended. ADD is the whole `cnidriver add`."
-      + (" `kernel-optimistic` lost its link-up event in this run (the monitor subscribed late), so "
-         "it has no figure." if not v6["kernel-optimistic"]["after_up"]["n"] else "") + "\n")
+      "`tentative`. *global* is the first notification of the global address; the kernel notifies a "
+      "tentative address only with optimistic DAD, so for `kernel` and `wait` it is when DAD ended. "
+      "ADD is the whole `cnidriver add`.\n")
     w("| mode | ready after link up: median / p90 / max | global address after link up (median) | ADD wall (median) |")
     w("|---|---|---|---|")
-    for m in ("kernel", "wait", "optimistic", "off", "kernel-optimistic"):
+    for m in ("kernel", "wait", "optimistic", "off"):
         d = v6[m]
         w(f"| {m} (n={d['after_up']['n']}) | {f0(d['after_up']['median'])} / {f0(d['after_up']['p90'])} / "
           f"{f0(d['after_up']['max'])} | {f0(d['global_after_up']['median'])} | {f0(d['add']['median'])} |")
