@@ -396,7 +396,9 @@ async fn create_child(r: &Ready<'_>, host: &Netlink) -> Result<Link> {
     })?;
     if name != env.ifname {
         if let Err(e) = pod.rename(child.index, &env.ifname).await {
-            let _ = pod.delete_link(child.index).await;
+            if let Err(undo) = pod.delete_link(child.index).await {
+                tracing::error!(link = %name, error = %undo, "could not remove the child after its rename failed");
+            }
             return Err(e);
         }
     }
