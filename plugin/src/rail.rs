@@ -377,12 +377,8 @@ impl Node for System {
         }
         // RDMA netlink knows every port's netdev (also Soft-RoCE's, which has no PCI parent);
         // the PCI function's net/ directory is the fallback when netlink cannot answer.
-        let mut netdevs: Vec<String> = match crate::rdma::netlink_ports() {
-            Ok(ports) => ports
-                .into_iter()
-                .filter(|p| p.port.device == device)
-                .filter_map(|p| p.ndev_name)
-                .collect(),
+        let mut netdevs: Vec<String> = match crate::rdma::device_ports(device) {
+            Ok(ports) => ports.into_iter().filter_map(|p| p.ndev_name).collect(),
             Err(err) => {
                 tracing::debug!(device, error = %err, "RDMA netlink failed; trying sysfs");
                 Vec::new()

@@ -18,7 +18,7 @@ use std::net::{IpAddr, Ipv6Addr};
 use std::thread;
 use std::time::{Duration, Instant};
 
-pub use nldev::{netlink_ports, netns_mode, NetnsMode, PortNetdev};
+pub use nldev::{device_ports, netlink_ports, netns_mode, NetnsMode, PortNetdev};
 pub use sysfs::Sysfs;
 
 /// An RDMA port: device name (e.g. "mlx5_6", "rxe0") and 1-based port number.

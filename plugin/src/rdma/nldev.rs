@@ -93,6 +93,16 @@ pub fn port_of_ifindex(ifindex: u32, first: &[String]) -> io::Result<Option<Port
     Ok(None)
 }
 
+/// The ports of the RDMA device `name` (empty when there is no such device): one device dump
+/// and one port dump, not a walk over every device.
+pub fn device_ports(name: &str) -> io::Result<Vec<PortNetdev>> {
+    let mut conn = Conn::open()?;
+    match conn.devices()?.into_iter().find(|(_, n)| n == name) {
+        Some((index, _)) => conn.ports(index, name),
+        None => Ok(Vec::new()),
+    }
+}
+
 /// The RDMA subsystem's netns mode. In exclusive mode an RDMA device belongs to one netns, so
 /// pods cannot share the rail's device; callers check this before changing anything.
 pub fn netns_mode() -> io::Result<NetnsMode> {
