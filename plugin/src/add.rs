@@ -41,6 +41,7 @@ struct Ready<'a> {
     env: &'a Env,
     conf: &'a NetConf,
     netns: Netns,
+    host: Netlink,
     pod: Netlink,
     master: Link,
     port: RdmaPort,
@@ -106,6 +107,7 @@ async fn validate<'a>(env: &'a Env, conf: &'a NetConf) -> Result<Ready<'a>> {
         env,
         conf,
         netns,
+        host,
         pod,
         master,
         port,
@@ -155,9 +157,7 @@ pub(crate) fn rdma_port(conf: &NetConf, device: Option<&str>, master: &Link) -> 
 
 async fn build(r: &Ready<'_>, undo: &mut UndoStack<Step>) -> Result<Value> {
     let (env, conf, pod) = (r.env, r.conf, &r.pod);
-    let host = Netlink::current()?;
-
-    let child = create_child(r, &host).await?;
+    let child = create_child(r).await?;
     undo.push(Step::Link { index: child.index });
     tracing::debug!(index = child.index, "child created");
 
@@ -372,8 +372,8 @@ async fn delete_rule(pod: &Netlink, source: IpAddr, table: u32) -> Result<()> {
 /// has a link of that name (though the pod does not). Then the child is created under a
 /// temporary name and renamed in the pod, as the reference plugins always do; the rename costs
 /// an RCU grace period in the kernel (`dev_change_name`), which is why it is not the first try.
-async fn create_child(r: &Ready<'_>, host: &Netlink) -> Result<Link> {
-    let (env, conf, pod) = (r.env, r.conf, &r.pod);
+async fn create_child(r: &Ready<'_>) -> Result<Link> {
+    let (env, conf, host, pod) = (r.env, r.conf, &r.host, &r.pod);
     let name = match host
         .create_ipvlan_l2(&env.ifname, r.master.index, conf.mtu, &r.netns)
         .await
