@@ -202,7 +202,7 @@ impl NetConf {
                             .into(),
                     );
                 }
-                if kind.contains('/') || kind == "." || kind == ".." {
+                if !ipam_type_is_a_name(kind) {
                     return bad(format!(
                         "\"ipam.type\" {kind:?} must be a plugin name found in CNI_PATH, not a path"
                     ));
@@ -258,7 +258,7 @@ impl NetConf {
             }
         };
         if let Some(level) = &conf.log_level {
-            if !["error", "warn", "info", "debug", "trace"].contains(&level.as_str()) {
+            if !LOG_LEVELS.contains(&level.as_str()) {
                 return bad(format!(
                     "\"logLevel\" {level:?} is unknown: use error, warn, info, debug or trace"
                 ));
@@ -304,6 +304,143 @@ impl NetConf {
             )?,
         })
     }
+}
+
+/// What DEL and GC read of a configuration ([`NetConf::parse_teardown`]), and what they had to
+/// leave out.
+#[derive(Debug, Clone)]
+pub struct Teardown {
+    pub conf: NetConf,
+    /// Fields that were invalid and ignored, one line each; logged once logging is set up.
+    pub ignored: Vec<String>,
+}
+
+impl NetConf {
+    /// Reads a configuration for DEL or GC. These must work on whatever configuration the
+    /// attachment was added with: one from an older release (which accepted what this one
+    /// refuses, e.g. `"mode": "l3"` or a counter `deviceID`), a newer one (with fields or values
+    /// this release does not know), or a NAD edited since. A DEL refused on such a field would
+    /// never run IPAM DEL, and the runtime does not retry it: the pod's address would leak and,
+    /// under kubelet, the pod would hang in Terminating.
+    ///
+    /// So only what teardown uses is read, and each of those fields is taken if usable and
+    /// otherwise ignored (and logged): `cniVersion`, `name`, `ipam` (with `ipam.type` still a
+    /// plain name: a path is never executed), `prevResult`, `runtimeConfig.CNIDeviceInfoFile`
+    /// (still confined to Multus's directory: DEL removes that file as root), `logFile`,
+    /// `logLevel`. The rail is not needed (DEL finds the child by CNI_IFNAME in the pod) and
+    /// is left empty, as are sysctls and the other ADD-only settings. Only stdin that is not a
+    /// JSON object is an error (6).
+    pub fn parse_teardown(stdin: &[u8]) -> Result<Teardown> {
+        let raw: Value = serde_json::from_slice(stdin).map_err(|e| Error::Decode(e.to_string()))?;
+        let Some(obj) = raw.as_object() else {
+            return Err(Error::Decode(format!(
+                "expected a JSON object, found {}",
+                match &raw {
+                    Value::Array(_) => "an array",
+                    Value::String(_) => "a string",
+                    Value::Number(_) => "a number",
+                    Value::Bool(_) => "a boolean",
+                    _ => "null",
+                }
+            )));
+        };
+        let mut ignored = Vec::new();
+        let text = |key: &str, ignored: &mut Vec<String>| match obj.get(key) {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(other) => {
+                ignored.push(format!("\"{key}\" is {other}, not a string"));
+                None
+            }
+        };
+        let cni_version = match text("cniVersion", &mut ignored) {
+            Some(v) => {
+                if cni::check_version(&v).is_err() {
+                    ignored.push(format!(
+                        "\"cniVersion\" {v:?} is not one this release supports ({}); \
+                         tearing down anyway, the IPAM plugin is asked in that version first",
+                        cni::SUPPORTED_VERSIONS.join(", ")
+                    ));
+                }
+                v
+            }
+            None => {
+                let newest = cni::SUPPORTED_VERSIONS[cni::SUPPORTED_VERSIONS.len() - 1];
+                ignored.push(format!("\"cniVersion\" is missing; using {newest}"));
+                newest.to_string()
+            }
+        };
+        let name = text("name", &mut ignored).unwrap_or_default();
+        let ipam = match obj.get("ipam") {
+            None | Some(Value::Null) => None,
+            Some(v) => match v.get("type").and_then(Value::as_str) {
+                Some(kind) if ipam_type_is_a_name(kind) => Some(Ipam {
+                    kind: kind.to_string(),
+                }),
+                _ => {
+                    ignored.push(format!(
+                        "\"ipam.type\" is {}: expected a plugin name (no path); no IPAM \
+                         plugin is called",
+                        v.get("type")
+                            .map_or("missing".to_string(), Value::to_string)
+                    ));
+                    None
+                }
+            },
+        };
+        let device_info_file =
+            match crate::device_info::file_from_runtime_config(obj.get("runtimeConfig")) {
+                Ok(path) => path,
+                Err(e) => {
+                    ignored.push(format!("{e}; the file is left alone"));
+                    None
+                }
+            };
+        let file = text("logFile", &mut ignored)
+            .map(PathBuf::from)
+            .and_then(|p| match crate::logging::check_path(&p) {
+                Ok(()) => Some(p),
+                Err(e) => {
+                    ignored.push(format!("\"logFile\" {p:?}: {e}"));
+                    None
+                }
+            });
+        let level = text("logLevel", &mut ignored).and_then(|l| {
+            if LOG_LEVELS.contains(&l.as_str()) {
+                Some(l)
+            } else {
+                ignored.push(format!("\"logLevel\" {l:?} is unknown"));
+                None
+            }
+        });
+        let conf = NetConf {
+            cni_version,
+            name,
+            rail: rail::Inputs::default(),
+            mtu: None,
+            ipam,
+            sysctls: Vec::new(),
+            source_routing: true,
+            rdma: RdmaConf {
+                device: None,
+                port: None,
+                gid_timeout: DEFAULT_GID_TIMEOUT,
+            },
+            slaac: None,
+            log: LogConf { file, level },
+            prev_result: obj.get("prevResult").cloned(),
+            raw: raw.clone(),
+            device_info_file,
+        };
+        Ok(Teardown { conf, ignored })
+    }
+}
+
+const LOG_LEVELS: &[&str] = &["error", "warn", "info", "debug", "trace"];
+
+/// `ipam.type` names a binary looked up in CNI_PATH; a path would let a NAD run any program.
+fn ipam_type_is_a_name(kind: &str) -> bool {
+    !kind.is_empty() && !kind.contains('/') && kind != "." && kind != ".."
 }
 
 fn slaac_conf(v6: RawIpv6) -> Result<SlaacConf> {
@@ -564,6 +701,39 @@ mod tests {
         );
         let c = parse(&with("ipv6", json!({"slaac": false}))).unwrap();
         assert!(c.slaac.is_none());
+    }
+
+    #[test]
+    fn teardown_reads_what_it_needs_and_ignores_the_rest() {
+        let mut v = base();
+        v["mode"] = json!("l3");
+        v["deviceID"] = json!("0");
+        v["rdma"] = json!({"newKey": 1});
+        v["logLevel"] = json!("loud");
+        v["prevResult"] = json!({"ips": []});
+        v["runtimeConfig"] =
+            json!({"CNIDeviceInfoFile": "/var/run/k8s.cni.cncf.io/devinfo/cni/p-net1"});
+        let t = NetConf::parse_teardown(v.to_string().as_bytes()).unwrap();
+        assert_eq!(t.conf.name, "rail3");
+        assert_eq!(t.conf.ipam.as_ref().unwrap().kind, "host-local");
+        assert!(t.conf.prev_result.is_some());
+        assert!(t.conf.device_info_file.is_some());
+        assert!(t.conf.log.level.is_none());
+        assert_eq!(t.ignored.len(), 1, "{:?}", t.ignored);
+        assert!(t.ignored[0].contains("logLevel"), "{:?}", t.ignored);
+
+        let mut v = base();
+        v["ipam"] = json!({"type": "../../bin/sh"});
+        v["runtimeConfig"] = json!({"CNIDeviceInfoFile": "/etc/shadow"});
+        v.as_object_mut().unwrap().remove("cniVersion");
+        let t = NetConf::parse_teardown(v.to_string().as_bytes()).unwrap();
+        assert!(t.conf.ipam.is_none(), "a path is never executed");
+        assert!(t.conf.device_info_file.is_none(), "nor removed");
+        assert_eq!(t.conf.cni_version, "1.1.0");
+        assert_eq!(t.ignored.len(), 3, "{:?}", t.ignored);
+
+        assert_eq!(NetConf::parse_teardown(b"[1]").unwrap_err().code(), 6);
+        assert_eq!(NetConf::parse_teardown(b"{").unwrap_err().code(), 6);
     }
 
     #[test]

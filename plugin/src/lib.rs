@@ -78,7 +78,15 @@ fn dispatch(env: &Env, stdin: &[u8]) -> Result<Option<Value>> {
         }
         return Ok(Some(cni::version_reply(requested.as_deref())));
     }
-    let conf = NetConf::parse(stdin, &env.ifname)?;
+    // DEL and GC read only what they need and tolerate the rest (NetConf::parse_teardown):
+    // a configuration refused there would strand the attachment.
+    let (conf, ignored) = match env.command {
+        Command::Del | Command::Gc => {
+            let t = NetConf::parse_teardown(stdin)?;
+            (t.conf, t.ignored)
+        }
+        _ => (NetConf::parse(stdin, &env.ifname)?, Vec::new()),
+    };
     logging::init(&conf.log);
     let span = tracing::info_span!(
         "cni",
@@ -90,6 +98,9 @@ fn dispatch(env: &Env, stdin: &[u8]) -> Result<Option<Value>> {
     );
     let _entered = span.enter();
     tracing::debug!("configuration read");
+    for field in &ignored {
+        tracing::warn!(field = %field, "ignored a field of the configuration");
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -62,8 +62,13 @@ pub fn init(conf: &LogConf) {
 /// Where `logFile` may be.
 pub const LOG_DIR: &str = "/var/log";
 
-/// Opens `path` for appending under the rules of the module documentation.
-pub fn open_log_file(path: &Path, allowed_dir: &str) -> Result<File, String> {
+/// Whether `path` may be a `logFile` at all (its shape; the file system is looked at only
+/// when it is opened).
+pub fn check_path(path: &Path) -> Result<(), String> {
+    check_path_in(path, LOG_DIR)
+}
+
+fn check_path_in(path: &Path, allowed_dir: &str) -> Result<(), String> {
     if !path.starts_with(allowed_dir) || path == Path::new(allowed_dir) {
         return Err(format!("expected a file under {allowed_dir}/"));
     }
@@ -73,6 +78,12 @@ pub fn open_log_file(path: &Path, allowed_dir: &str) -> Result<File, String> {
     {
         return Err("expected a plain absolute path without '.' or '..'".into());
     }
+    Ok(())
+}
+
+/// Opens `path` for appending under the rules of the module documentation.
+pub fn open_log_file(path: &Path, allowed_dir: &str) -> Result<File, String> {
+    check_path_in(path, allowed_dir)?;
     let mut dir = path.parent();
     while let Some(d) = dir {
         if let Ok(m) = d.metadata() {

@@ -252,3 +252,114 @@ fn secrets_in_the_configuration_are_never_logged() {
     let ipam_saw = std::fs::read_to_string(&seen).unwrap();
     assert!(ipam_saw.contains(SECRET), "the IPAM plugin got its config");
 }
+
+/// A fake IPAM plugin in a temporary CNI_PATH that appends "COMMAND" and its stdin to a log
+/// and answers VERSION with 0.4.0..1.1.0.
+fn recording_ipam() -> (tempfile::TempDir, String, std::path::PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("calls");
+    let ipam = dir.path().join("rec-ipam");
+    std::fs::write(
+        &ipam,
+        format!(
+            "#!/bin/sh\nin=$(cat)\necho \"$CNI_COMMAND $in\" >>{}\n\
+             [ \"$CNI_COMMAND\" = VERSION ] && echo '{{\"cniVersion\":\"1.1.0\",\"supportedVersions\":[\"0.4.0\",\"1.0.0\",\"1.1.0\"]}}'\nexit 0\n",
+            log.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&ipam, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = dir.path().to_str().unwrap().to_string();
+    (dir, path, log)
+}
+
+/// DEL must work on whatever configuration the attachment was added with: fields an older
+/// release accepted and this one refuses, or a newer release's additions. Each case must
+/// succeed and reach IPAM DEL (which releases the address).
+#[test]
+fn del_tolerates_configurations_add_would_refuse() {
+    let (_dir, path, log) = recording_ipam();
+    let cases: Vec<(&str, Value)> = vec![
+        ("mode l3", json!({"mode": "l3"})),
+        ("counter deviceID", json!({"deviceID": "0"})),
+        ("a key of a newer release", json!({"rdma": {"newKey": 1}})),
+        (
+            "an unknown ipv6 key",
+            json!({"ipv6": {"slaac": true, "newKey": 1}}),
+        ),
+        ("bad mtu", json!({"mtu": 1})),
+        ("bad sysctl", json!({"sysctl": {"kernel.panic": "1"}})),
+        ("unknown logLevel", json!({"logLevel": "loud"})),
+        ("logFile elsewhere", json!({"logFile": "/etc/x.log"})),
+        ("newer cniVersion", json!({"cniVersion": "1.2.0"})),
+        ("type of another name", json!({"type": "roce-ipvlan-v2"})),
+        ("bad args.cni", json!({"args": {"cni": {"master": 3}}})),
+    ];
+    for (what, extra) in cases {
+        let _ = std::fs::remove_file(&log);
+        let mut c = conf();
+        c["ipam"] = json!({"type": "rec-ipam", "subnet": "10.9.0.0/16"});
+        for (k, v) in extra.as_object().unwrap() {
+            c[k] = v.clone();
+        }
+        let env = vec![
+            ("CNI_COMMAND", "DEL"),
+            ("CNI_CONTAINERID", "contract"),
+            ("CNI_IFNAME", "net1"),
+            ("CNI_PATH", path.as_str()),
+        ];
+        let (code, doc) = run_allow_empty(&env, &c.to_string());
+        assert_eq!(code, 0, "{what}: DEL failed: {doc:?}");
+        assert!(doc.is_none(), "{what}: DEL printed {doc:?}");
+        let calls = std::fs::read_to_string(&log).unwrap_or_default();
+        assert!(
+            calls.lines().any(|l| l.starts_with("DEL ")),
+            "{what}: IPAM DEL was not called: {calls:?}"
+        );
+    }
+}
+
+/// Teardown still refuses what would be dangerous to act on: an `ipam.type` that is a path is
+/// not executed, and a device-info path outside Multus's directory is not removed.
+#[test]
+fn del_does_not_act_on_dangerous_fields() {
+    let dir = tempfile::tempdir().unwrap();
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, "keep").unwrap();
+    let mut c = conf();
+    c["ipam"] = json!({"type": "/bin/false"});
+    c["runtimeConfig"] = json!({"CNIDeviceInfoFile": victim.to_str().unwrap()});
+    let env = vec![
+        ("CNI_COMMAND", "DEL"),
+        ("CNI_CONTAINERID", "contract"),
+        ("CNI_IFNAME", "net1"),
+        ("CNI_PATH", "/nonexistent"),
+    ];
+    let (code, doc) = run_allow_empty(&env, &c.to_string());
+    assert_eq!(code, 0, "{doc:?}");
+    assert!(
+        victim.exists(),
+        "DEL removed a file outside the devinfo dir"
+    );
+}
+
+/// GC, like DEL, reads only what it needs: a field ADD would refuse does not block it.
+#[test]
+fn gc_tolerates_configurations_add_would_refuse() {
+    let (_dir, path, log) = recording_ipam();
+    let mut c = conf();
+    c["cniVersion"] = json!("1.1.0");
+    c["mode"] = json!("l3");
+    c["rdma"] = json!({"newKey": true});
+    c["ipam"] = json!({"type": "rec-ipam"});
+    c["cni.dev/valid-attachments"] = json!([]);
+    let env = vec![("CNI_COMMAND", "GC"), ("CNI_PATH", path.as_str())];
+    let (code, doc) = run_allow_empty(&env, &c.to_string());
+    assert_eq!(code, 0, "GC failed: {doc:?}");
+    let calls = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        calls.lines().any(|l| l.starts_with("GC ")),
+        "IPAM GC was not called: {calls:?}"
+    );
+}

@@ -1,0 +1,30 @@
+# Hardening (issue 14, part A) on a real kernel, through libcni (cnidriver) where a runtime
+# would call: DEL that never strands a pod, the NAD (not the pod) choosing the rail, the host
+# namespace refused as a pod, interface names the kernel would rewrite.
+
+# DEL must work on the configuration the pod was added with even when this release would
+# refuse it for ADD (an older release accepted it, a newer one added keys, the NAD was edited):
+# the runtime does not retry a failed DEL, so the address would leak and the pod hang.
+test_del_tolerates_what_add_refuses() {
+	require_plugin
+	local variant conf=/tmp/del-lenient.conf cidr info dev port idx table n=0
+	for variant in '{"mode": "l3"}' '{"deviceID": "0"}' '{"rdma": {"keyOfANewerRelease": 1}}'; do
+		n=$((n + 1))
+		roce_conf "$conf" del-lenient rdma1 1.0.0 10.9.140.0/24
+		new_pod "dellen$n"
+		assert_ok cnidriver add "$conf" "/run/netns/dellen$n"
+		cidr=$(jq -r '.ips[0].address' <<<"$OUT")
+		info=$(verify_attachment "dellen$n" net1 rdma1 "$cidr")
+		read -r dev port idx table <<<"$info"
+		# ADD refuses the changed configuration...
+		jq --argjson v "$variant" '. + $v' "$conf" >"$conf.changed"
+		new_pod "dellenx$n"
+		assert_fails cnidriver add "$conf.changed" "/run/netns/dellenx$n"
+		assert_eq "$(cni_code "$OUT")" 7 "ADD with $variant"
+		# ...DEL with it must tear the attachment down and release the address.
+		assert_ok cnidriver del "$conf.changed" "/run/netns/dellen$n"
+		verify_gone "dellen$n" net1 del-lenient "${cidr%/*}" "$dev" "$table"
+		assert_eq "$(host_local_ips del-lenient)" "" "host-local allocations after DEL with $variant"
+		note "DEL with $variant: child gone, ${cidr%/*} released"
+	done
+}
