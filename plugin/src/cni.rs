@@ -320,9 +320,15 @@ impl CniResult {
     }
 }
 
+/// The VERSION answer: the requested version when it is one of ours, else our newest, and the
+/// list. Never an error.
 pub fn version_reply(requested: Option<&str>) -> Value {
+    let newest = SUPPORTED_VERSIONS[SUPPORTED_VERSIONS.len() - 1];
+    let version = requested
+        .filter(|v| SUPPORTED_VERSIONS.contains(v))
+        .unwrap_or(newest);
     serde_json::json!({
-        "cniVersion": requested.unwrap_or("1.1.0"),
+        "cniVersion": version,
         "supportedVersions": SUPPORTED_VERSIONS,
     })
 }
@@ -514,5 +520,10 @@ mod tests {
         let v = version_reply(Some("1.0.0"));
         assert_eq!(v["cniVersion"], "1.0.0");
         assert_eq!(v["supportedVersions"], json!(["0.4.0", "1.0.0", "1.1.0"]));
+        for unknown in [Some("1.2.0"), Some("0.3.1"), Some("x"), None] {
+            let v = version_reply(unknown);
+            assert_eq!(v["cniVersion"], "1.1.0", "{unknown:?}");
+            assert_eq!(v["supportedVersions"], json!(["0.4.0", "1.0.0", "1.1.0"]));
+        }
     }
 }

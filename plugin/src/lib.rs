@@ -72,11 +72,12 @@ pub fn run() -> i32 {
 
 fn dispatch(env: &Env, stdin: &[u8]) -> Result<Option<Value>> {
     if env.command == Command::Version {
-        let requested = config::peek_version(stdin);
-        if let Some(v) = &requested {
-            cni::check_version(v)?;
-        }
-        return Ok(Some(cni::version_reply(requested.as_deref())));
+        // Answered whatever the request says: VERSION is how a runtime finds out which versions
+        // to use, so refusing one it does not know would leave it nothing to go on (libcni's
+        // skel does not even read stdin for VERSION).
+        return Ok(Some(cni::version_reply(
+            config::peek_version(stdin).as_deref(),
+        )));
     }
     // DEL and GC read only what they need and tolerate the rest (NetConf::parse_teardown):
     // a configuration refused there would strand the attachment.

@@ -69,6 +69,23 @@ fn version_lists_supported_versions() {
     assert_eq!(doc["cniVersion"], "1.1.0");
 }
 
+/// VERSION answers whatever version it is asked in (as libcni's skel does): it is how the
+/// caller learns which versions to use.
+#[test]
+fn version_answers_any_requested_version() {
+    for stdin in [
+        r#"{"cniVersion":"1.2.0"}"#,
+        r#"{"cniVersion":"0.3.1"}"#,
+        r#"{"cniVersion":7}"#,
+        "not json",
+    ] {
+        let (code, doc) = run(&[("CNI_COMMAND", "VERSION")], stdin);
+        assert_eq!(code, 0, "{stdin}: {doc}");
+        assert_eq!(doc["cniVersion"], "1.1.0", "{stdin}");
+        assert_eq!(doc["supportedVersions"], json!(["0.4.0", "1.0.0", "1.1.0"]));
+    }
+}
+
 #[test]
 fn invalid_json_is_code_6() {
     let (code, doc) = run(&add_env("/proc/self/ns/net"), "{\"cniVersion\": ");
