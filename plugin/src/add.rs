@@ -68,6 +68,7 @@ async fn validate<'a>(env: &'a Env, conf: &'a NetConf) -> Result<Ready<'a>> {
         .as_deref()
         .expect("Env::parse requires CNI_NETNS for ADD");
     let netns = Netns::open(netns_path)?;
+    netns.refuse_own()?;
     let host = Netlink::current()?;
     let rail = rail::resolve(&conf.rail, &rail::System::default())?;
     let master = host.link_by_name(&rail.netdev).await?.ok_or_else(|| {

@@ -26,6 +26,7 @@ pub async fn check(env: &Env, conf: &NetConf) -> Result<()> {
             .as_deref()
             .expect("Env::parse requires CNI_NETNS for CHECK"),
     )?;
+    netns.refuse_own()?;
     let differs = |what: String| {
         Err(Error::CheckFailed(format!(
             "{} in {}: {what}",

@@ -17,6 +17,12 @@ pub async fn del(env: &Env, conf: &NetConf) -> Result<()> {
     }
     if let Some(path) = &env.netns {
         match Netns::open_if_exists(path) {
+            // Never the host's: its links and rules are not the pod's to remove. IPAM DEL
+            // still runs, so the address is released whatever the runtime got wrong.
+            Ok(Some(netns)) if netns.is_own().unwrap_or(true) => tracing::warn!(
+                netns = %path.display(),
+                "CNI_NETNS is the plugin's own (host) namespace; not touching its links or rules"
+            ),
             Ok(Some(netns)) => {
                 if let Err(e) = remove_child(env, &netns).await {
                     tracing::warn!(error = %e, "could not remove the child; continuing with IPAM");

@@ -88,6 +88,36 @@ impl Netns {
         }
     }
 
+    /// Whether this is the plugin's own network namespace (the host's, for a plugin run by the
+    /// kubelet): the same device and inode as /proc/self/ns/net.
+    pub fn is_own(&self) -> Result<bool> {
+        use std::os::unix::fs::MetadataExt;
+        let own = std::fs::metadata("/proc/self/ns/net")
+            .map_err(|e| Error::io("cannot stat the plugin's own /proc/self/ns/net", e))?;
+        let this = nix::sys::stat::fstat(&self.fd).map_err(|e| {
+            Error::io(
+                format!("cannot stat CNI_NETNS {}", self.path.display()),
+                e.into(),
+            )
+        })?;
+        Ok(this.st_dev == own.dev() && this.st_ino == own.ino())
+    }
+
+    /// Refuses the plugin's own namespace as a pod's. ADD there would put the child, its
+    /// source rules and the pod-wide `all.rp_filter=0` into the host, and DEL would then take
+    /// host links for the pod's; libcni's skel refuses it the same way.
+    pub fn refuse_own(&self) -> Result<()> {
+        if self.is_own()? {
+            return Err(Error::Netns(format!(
+                "CNI_NETNS {} is the plugin's own (the host's) network namespace: expected the \
+                 pod's namespace; a pod never shares the host's, so this is a runtime or \
+                 configuration bug (hostNetwork pods get no secondary networks)",
+                self.path.display()
+            )));
+        }
+        Ok(())
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -150,6 +180,18 @@ mod tests {
             path: PathBuf::from("/nonexistent/netns/x"),
         };
         assert!(!other.still_at_path());
+    }
+
+    #[test]
+    fn own_namespace_is_recognised_by_device_and_inode() {
+        // Another path to the same namespace is still the plugin's own.
+        for path in ["/proc/self/ns/net", "/proc/thread-self/ns/net"] {
+            let ns = Netns::open(Path::new(path)).unwrap();
+            assert!(ns.is_own().unwrap(), "{path}");
+            let err = ns.refuse_own().unwrap_err();
+            assert_eq!(err.code(), 105);
+            assert!(err.to_string().contains("own"), "{err}");
+        }
     }
 
     #[test]

@@ -39,6 +39,53 @@ fn add_env(netns: &str) -> Vec<(&str, &str)> {
     ]
 }
 
+/// CNI_NETNS for tests that fail before the namespace is opened: if one got that far it would
+/// fail with 105 instead of the code it asserts.
+const NEVER_OPENED: &str = "/nonexistent/netns/never-opened";
+
+/// A network namespace that is not the test's (or the plugin's) own: that of an
+/// `unshare --user --net` child, so no root is needed. Killed when dropped.
+struct PodNetns {
+    child: std::process::Child,
+    path: String,
+}
+
+impl PodNetns {
+    fn new() -> PodNetns {
+        use std::io::BufRead;
+        let mut child = Command::new("unshare")
+            .args([
+                "--user",
+                "--map-root-user",
+                "--net",
+                "sh",
+                "-c",
+                "echo ready; exec sleep 600",
+            ])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("unshare (util-linux) runs; the contract tests need it for a pod namespace");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(
+            line.trim(),
+            "ready",
+            "unshare --user --net failed: are unprivileged user namespaces allowed?"
+        );
+        let path = format!("/proc/{}/ns/net", child.id());
+        PodNetns { child, path }
+    }
+}
+
+impl Drop for PodNetns {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 fn conf() -> Value {
     json!({
         "cniVersion": "1.0.0",
@@ -88,7 +135,7 @@ fn version_answers_any_requested_version() {
 
 #[test]
 fn invalid_json_is_code_6() {
-    let (code, doc) = run(&add_env("/proc/self/ns/net"), "{\"cniVersion\": ");
+    let (code, doc) = run(&add_env(NEVER_OPENED), "{\"cniVersion\": ");
     assert_eq!(code, 1);
     assert_error(&doc, 6, "decode");
 }
@@ -97,7 +144,7 @@ fn invalid_json_is_code_6() {
 fn unsupported_version_is_code_1() {
     let mut c = conf();
     c["cniVersion"] = json!("0.3.1");
-    let (code, doc) = run(&add_env("/proc/self/ns/net"), &c.to_string());
+    let (code, doc) = run(&add_env(NEVER_OPENED), &c.to_string());
     assert_eq!(code, 1);
     assert_error(&doc, 1, "0.3.1");
     assert_eq!(doc["cniVersion"], "0.3.1");
@@ -112,7 +159,7 @@ fn missing_env_is_code_4() {
         "CNI_IFNAME",
         "CNI_PATH",
     ] {
-        let env: Vec<_> = add_env("/proc/self/ns/net")
+        let env: Vec<_> = add_env(NEVER_OPENED)
             .into_iter()
             .filter(|(k, _)| *k != missing)
             .collect();
@@ -129,7 +176,7 @@ fn missing_env_is_code_4() {
 #[test]
 fn bad_ifname_is_code_4() {
     for name in ["../x", "a b", "waytoolonginterfacename"] {
-        let mut env = add_env("/proc/self/ns/net");
+        let mut env = add_env(NEVER_OPENED);
         env.retain(|(k, _)| *k != "CNI_IFNAME");
         env.push(("CNI_IFNAME", name));
         let (_, doc) = run(&env, &conf().to_string());
@@ -141,13 +188,49 @@ fn bad_ifname_is_code_4() {
 fn bad_config_is_code_7() {
     let mut c = conf();
     c["mode"] = json!("l3");
-    let (code, doc) = run(&add_env("/proc/self/ns/net"), &c.to_string());
+    let (code, doc) = run(&add_env(NEVER_OPENED), &c.to_string());
     assert_eq!(code, 1);
     assert_error(&doc, 7, "L2");
     let mut c = conf();
     c["sysctl"] = json!({"kernel.core_pattern": "|/tmp/x"});
-    let (_, doc) = run(&add_env("/proc/self/ns/net"), &c.to_string());
+    let (_, doc) = run(&add_env(NEVER_OPENED), &c.to_string());
     assert_error(&doc, 7, "kernel.core_pattern");
+}
+
+/// The plugin's own (host) namespace is never a pod's: ADD and CHECK refuse it (105) before
+/// anything else is looked at; DEL leaves the host alone and still releases the address.
+#[test]
+fn own_netns_is_refused_for_add_and_check() {
+    for own in ["/proc/self/ns/net", "/proc/1/ns/net"] {
+        if own == "/proc/1/ns/net"
+            && std::fs::read_link(own).ok() != std::fs::read_link("/proc/self/ns/net").ok()
+        {
+            continue; // pid 1 is in another namespace (a container): only self applies
+        }
+        for command in ["ADD", "CHECK"] {
+            let mut env = add_env(own);
+            env[0] = ("CNI_COMMAND", command);
+            let mut c = conf();
+            c["prevResult"] = json!({"cniVersion": "1.0.0", "ips": []});
+            let (code, doc) = run(&env, &c.to_string());
+            assert_eq!(code, 1, "{command} {own}");
+            assert_error(&doc, 105, "own");
+        }
+    }
+    let (_dir, path, log) = recording_ipam();
+    let mut c = conf();
+    c["ipam"] = json!({"type": "rec-ipam"});
+    let env = vec![
+        ("CNI_COMMAND", "DEL"),
+        ("CNI_CONTAINERID", "contract"),
+        ("CNI_NETNS", "/proc/self/ns/net"),
+        ("CNI_IFNAME", "net1"),
+        ("CNI_PATH", path.as_str()),
+    ];
+    let (code, doc) = run_allow_empty(&env, &c.to_string());
+    assert_eq!(code, 0, "{doc:?}");
+    let calls = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(calls.lines().any(|l| l.starts_with("DEL ")), "{calls:?}");
 }
 
 #[test]
@@ -159,7 +242,8 @@ fn netns_that_is_not_a_namespace_is_code_105() {
 
 #[test]
 fn missing_rail_is_code_100_before_any_change() {
-    let (code, doc) = run(&add_env("/proc/self/ns/net"), &conf().to_string());
+    let pod = PodNetns::new();
+    let (code, doc) = run(&add_env(&pod.path), &conf().to_string());
     assert_eq!(code, 1);
     assert_error(&doc, 100, "no-such-rail0");
 }
@@ -239,13 +323,14 @@ fn secrets_in_the_configuration_are_never_logged() {
     conf["ipam"] = json!({"type": "fake-ipam", "token": SECRET, "kubeconfig": SECRET});
     conf["cni.dev/valid-attachments"] = json!([]);
     let text = conf.to_string();
+    let pod = PodNetns::new();
     for command in ["ADD", "DEL", "STATUS", "GC"] {
         let out = Command::new(BIN)
             .env_clear()
             .envs([
                 ("CNI_COMMAND", command),
                 ("CNI_CONTAINERID", "secret"),
-                ("CNI_NETNS", "/proc/self/ns/net"),
+                ("CNI_NETNS", pod.path.as_str()),
                 ("CNI_IFNAME", "net1"),
                 ("CNI_PATH", path.as_str()),
             ])

@@ -28,3 +28,30 @@ test_del_tolerates_what_add_refuses() {
 		note "DEL with $variant: child gone, ${cidr%/*} released"
 	done
 }
+
+# The host's namespace as CNI_NETNS (a runtime bug, or a hostNetwork pod given a secondary
+# network): ADD would put the child, its source rules and all.rp_filter=0 into the host. ADD and
+# CHECK refuse it with 105 before any change; DEL leaves the host's links and rules alone (here
+# a host IPvlan link named like CNI_IFNAME) and still releases the address.
+test_host_netns_refused_as_a_pod() {
+	require_plugin
+	local conf=/tmp/hostns.conf before after
+	roce_conf "$conf" hostns rdma2 1.0.0 10.9.141.0/24
+	before=$(host_snapshot)
+	assert_fails cnidriver add "$conf" /proc/1/ns/net --container-id hostns
+	assert_eq "$(cni_code "$OUT")" 105 "ADD in the host namespace (stdout: $OUT)"
+	assert_match "$OUT" "plugin's own \(the host's\) network namespace" "ADD message"
+	after=$(host_snapshot)
+	assert_eq "$after" "$before" "the host after the refused ADD"
+	assert_eq "$(host_local_ips hostns)" "" "host-local allocations after the refused ADD"
+	jq '. + {prevResult: {cniVersion: "1.0.0", ips: []}}' "$conf" >"$conf.prev"
+	assert_fails cni_exec CHECK "$conf.prev" /proc/1/ns/net
+	assert_eq "$(cni_code "$OUT")" 105 "CHECK in the host namespace (stdout: $OUT)"
+
+	ip link add hnet1 link rdma2 type ipvlan mode l2
+	before=$(host_snapshot)
+	assert_ok cnidriver del "$conf" /proc/1/ns/net --container-id hostns --ifname hnet1
+	assert_match "$(ip -d link show dev hnet1)" 'ipvlan' "the host's hnet1 after DEL"
+	assert_eq "$(host_snapshot)" "$before" "the host after DEL"
+	ip link del hnet1
+}
