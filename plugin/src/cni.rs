@@ -117,7 +117,11 @@ impl Env {
         }
         let container_id = required("CNI_CONTAINERID")?;
         let ifname = required("CNI_IFNAME")?;
-        validate_ifname(&ifname)?;
+        // DEL takes any name: an attachment added by an older release under a name refused now
+        // must still get its IPAM DEL (del.rs checks the name before touching the pod).
+        if command != Command::Del {
+            validate_ifname(&ifname)?;
+        }
         let netns = match command {
             Command::Del => var("CNI_NETNS").map(PathBuf::from),
             _ => Some(PathBuf::from(required("CNI_NETNS")?)),
@@ -134,8 +138,10 @@ impl Env {
     }
 }
 
-/// Linux interface names: 1..=15 bytes, no '/', no whitespace or ':', not "." or "..".
-/// (The kernel's dev_valid_name; ':' is refused too because it marks legacy aliases.)
+/// Linux interface names: 1..=15 bytes, no '/', no whitespace or ':', not "." or ".." (the
+/// kernel's dev_valid_name), and no '%': the kernel takes a name with '%' as a pattern
+/// (dev_get_valid_name: "net%d" becomes the first free "net<N>"), so the child would not be
+/// found under the name ADD asked for and would leak.
 pub fn validate_ifname(name: &str) -> Result<()> {
     let bad = |why: &str| {
         Err(Error::InvalidEnv(format!(
@@ -155,9 +161,9 @@ pub fn validate_ifname(name: &str) -> Result<()> {
     }
     if name
         .chars()
-        .any(|c| c == '/' || c == ':' || c.is_whitespace() || c.is_control())
+        .any(|c| c == '/' || c == ':' || c == '%' || c.is_whitespace() || c.is_control())
     {
-        return bad("it must not contain '/', ':', whitespace or control characters");
+        return bad("it must not contain '/', ':', '%', whitespace or control characters");
     }
     Ok(())
 }
@@ -400,6 +406,19 @@ mod tests {
     }
 
     #[test]
+    fn del_takes_any_interface_name() {
+        let vars: Vec<_> = ADD
+            .iter()
+            .map(|&(k, v)| match k {
+                "CNI_COMMAND" => (k, "DEL"),
+                "CNI_IFNAME" => (k, "net%d"),
+                _ => (k, v),
+            })
+            .collect();
+        assert_eq!(env(&vars).unwrap().ifname, "net%d");
+    }
+
+    #[test]
     fn status_and_gc_need_only_cni_path() {
         for (cmd, want) in [("STATUS", Command::Status), ("GC", Command::Gc)] {
             let e = env(&[("CNI_COMMAND", cmd), ("CNI_PATH", "/opt/cni/bin")]).unwrap();
@@ -425,6 +444,9 @@ mod tests {
             "a:1",
             "all",
             "default",
+            "net%d",
+            "%d",
+            "a%",
         ] {
             assert!(validate_ifname(name).is_err(), "{name:?} should be refused");
         }

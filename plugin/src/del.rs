@@ -15,7 +15,16 @@ pub async fn del(env: &Env, conf: &NetConf) -> Result<()> {
     if let Some(path) = &conf.device_info_file {
         crate::device_info::remove(path);
     }
-    if let Some(path) = &env.netns {
+    let netns = match crate::cni::validate_ifname(&env.ifname) {
+        Ok(()) => env.netns.as_ref(),
+        Err(e) => {
+            // ADD never made a child of that name (it refuses such names), so there is none to
+            // remove; IPAM DEL still runs for whatever an older release allocated.
+            tracing::warn!(error = %e, "not cleaning up inside CNI_NETNS");
+            None
+        }
+    };
+    if let Some(path) = netns {
         match Netns::open_if_exists(path) {
             // Never the host's: its links and rules are not the pod's to remove. IPAM DEL
             // still runs, so the address is released whatever the runtime got wrong.

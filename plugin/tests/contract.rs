@@ -175,7 +175,7 @@ fn missing_env_is_code_4() {
 
 #[test]
 fn bad_ifname_is_code_4() {
-    for name in ["../x", "a b", "waytoolonginterfacename"] {
+    for name in ["../x", "a b", "waytoolonginterfacename", "net%d", "%d"] {
         let mut env = add_env(NEVER_OPENED);
         env.retain(|(k, _)| *k != "CNI_IFNAME");
         env.push(("CNI_IFNAME", name));
@@ -464,4 +464,24 @@ fn gc_tolerates_configurations_add_would_refuse() {
         calls.lines().any(|l| l.starts_with("GC ")),
         "IPAM GC was not called: {calls:?}"
     );
+}
+
+/// An interface name ADD refuses (here `%`, which the kernel expands) does not block DEL: the
+/// address an older release may have allocated under it is released.
+#[test]
+fn del_with_a_refused_interface_name_still_releases() {
+    let (_dir, path, log) = recording_ipam();
+    let mut c = conf();
+    c["ipam"] = json!({"type": "rec-ipam"});
+    let env = vec![
+        ("CNI_COMMAND", "DEL"),
+        ("CNI_CONTAINERID", "contract"),
+        ("CNI_NETNS", NEVER_OPENED),
+        ("CNI_IFNAME", "net%d"),
+        ("CNI_PATH", path.as_str()),
+    ];
+    let (code, doc) = run_allow_empty(&env, &c.to_string());
+    assert_eq!(code, 0, "{doc:?}");
+    let calls = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(calls.lines().any(|l| l.starts_with("DEL ")), "{calls:?}");
 }

@@ -263,7 +263,9 @@ test_fault_refused_before_any_change() {
 	assert_fails cni_exec ADD "$conf" /proc/self/ns/mnt
 	assert_match "$(cni_code "$OUT") $OUT" '^105 .*not a network namespace' "a mount namespace as CNI_NETNS"
 	# interface names
-	for name in sixteen-chars-xx 'a/b' .. . 'net 1' "$(printf 'net\t1')" all default; do
+	# '%': the kernel takes the name as a pattern (net%d -> net0), so the child would not be
+	# found under CNI_IFNAME and would leak.
+	for name in sixteen-chars-xx 'a/b' .. . 'net 1' "$(printf 'net\t1')" all default 'net%d' '%d'; do
 		assert_fails cni_exec ADD "$conf" /run/netns/fref "$name"
 		assert_match "$(cni_code "$OUT") $OUT" '^4 .*not a valid interface name' "CNI_IFNAME=${name@Q}"
 	done
