@@ -43,6 +43,10 @@ fuzz_target!(|data: &[u8]| {
         assert!(!d.contains('/') && !d.starts_with('.'));
     }
     if let Some(f) = &c.log.file {
-        assert!(f.is_absolute());
+        assert_eq!(
+            f.parent(),
+            Some(std::path::Path::new(roce_ipvlan::logging::LOG_DIR))
+        );
     }
+    assert!(roce_ipvlan::cni::is_valid_name(&c.name));
 });

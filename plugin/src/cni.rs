@@ -116,6 +116,14 @@ impl Env {
             });
         }
         let container_id = required("CNI_CONTAINERID")?;
+        // As for the interface name, DEL takes any id: it only passes it on to IPAM DEL, and
+        // logs it escaped.
+        if command != Command::Del && !is_valid_name(&container_id) {
+            return Err(Error::InvalidEnv(format!(
+                "CNI_CONTAINERID={container_id:?} is not a valid container id: expected a letter \
+                 or digit, then letters, digits, '_', '.' or '-' (the CNI spec's rule)"
+            )));
+        }
         let ifname = required("CNI_IFNAME")?;
         // DEL takes any name: an attachment added by an older release under a name refused now
         // must still get its IPAM DEL (del.rs checks the name before touching the pod).
@@ -136,6 +144,14 @@ impl Env {
             args,
         })
     }
+}
+
+/// The CNI spec's rule for a network name and a container id: an ASCII letter or digit, then
+/// letters, digits, `_`, `.` or `-` (libcni: `^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$`).
+pub fn is_valid_name(s: &str) -> bool {
+    let mut chars = s.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphanumeric())
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
 }
 
 /// Linux interface names: 1..=15 bytes, no '/', no whitespace or ':', not "." or ".." (the
@@ -403,6 +419,31 @@ mod tests {
         let e = env(&vars).unwrap();
         assert_eq!(e.command, Command::Del);
         assert!(e.netns.is_none());
+    }
+
+    #[test]
+    fn container_ids_follow_the_spec_except_for_del() {
+        let with_id = |cmd: &'static str, id: &'static str| -> Vec<(&str, &str)> {
+            ADD.iter()
+                .map(|&(k, v)| match k {
+                    "CNI_COMMAND" => (k, cmd),
+                    "CNI_CONTAINERID" => (k, id),
+                    _ => (k, v),
+                })
+                .collect()
+        };
+        for id in ["x\nforged", "-a", "a b", "a/b", "a;b"] {
+            for cmd in ["ADD", "CHECK"] {
+                let err = env(&with_id(cmd, id)).unwrap_err();
+                assert_eq!(err.code(), 4, "{cmd} {id:?}");
+                assert!(err.to_string().contains("CNI_CONTAINERID"), "{err}");
+            }
+            env(&with_id("DEL", id)).unwrap();
+        }
+        for id in ["c1", "0f3a9c", "pod_1.x-y"] {
+            env(&with_id("ADD", id)).unwrap();
+        }
+        assert!(!is_valid_name(""));
     }
 
     #[test]

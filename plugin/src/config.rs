@@ -152,6 +152,14 @@ impl NetConf {
         if conf.name.is_empty() {
             return bad("\"name\" is empty: every network needs a name".into());
         }
+        if !cni::is_valid_name(&conf.name) {
+            // Quoted with escapes: the name is exactly what must not reach a log raw.
+            return bad(format!(
+                "\"name\" {:?} is not a valid network name: expected a letter or digit, then \
+                 letters, digits, '_', '.' or '-' (the CNI spec's rule)",
+                conf.name
+            ));
+        }
         if conf.kind != "roce-ipvlan" {
             return bad(format!(
                 "\"type\" is {:?}: this plugin is roce-ipvlan; the runtime ran the wrong binary",
@@ -265,11 +273,8 @@ impl NetConf {
             }
         }
         if let Some(file) = &conf.log_file {
-            if !file.is_absolute() {
-                return bad(format!(
-                    "\"logFile\" {} must be an absolute path",
-                    file.display()
-                ));
+            if let Err(e) = crate::logging::check_path(file) {
+                return bad(format!("\"logFile\" {file:?} is refused: {e}"));
             }
         }
         let rail = rail::Inputs::new(
@@ -602,7 +607,34 @@ mod tests {
         refused(with("rdma", json!({"devcie": "mlx5_0"})), 7, "devcie");
         refused(with("rdma", json!({"device": "../x"})), 7, "rdma.device");
         refused(with("logLevel", json!("loud")), 7, "logLevel");
-        refused(with("logFile", json!("rel.log")), 7, "absolute");
+        refused(with("logFile", json!("rel.log")), 7, "logFile");
+        refused(
+            with("logFile", json!("/var/log/audit/audit.log")),
+            7,
+            "/var/log/roce-ipvlan/",
+        );
+        refused(
+            with("logFile", json!("/var/log/roce-ipvlan/../pods/x.log")),
+            7,
+            "'..'",
+        );
+        for name in [
+            "x\n2026-01-01 INFO forged",
+            "-x",
+            ".x",
+            "a b",
+            "a/b",
+            "é",
+            "x\u{1b}[2J",
+        ] {
+            let err = parse(&with("name", json!(name))).unwrap_err();
+            assert_eq!(err.code(), 7, "{name:?}");
+            assert!(err.to_string().contains("network name"), "{err}");
+            assert!(!err.to_string().contains('\n'), "{err}");
+        }
+        for name in ["rail3", "a", "Rail_3.v1-x", "0"] {
+            parse(&with("name", json!(name))).unwrap();
+        }
         refused(with("sysctl", json!({"kernel.panic": "1"})), 7, "outside");
         refused(
             with("sysctl", json!({"net.ipv4.conf.IFNAME.x": {"a": 1}})),

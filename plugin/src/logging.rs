@@ -1,27 +1,35 @@
 //! Logs go through `tracing` to stderr and, when `logFile` is set, to that file (appended).
 //! stdout is reserved for the one JSON document the runtime reads.
 //!
-//! The plugin runs as root, and `logFile` comes from a NetworkAttachmentDefinition, which a
-//! namespace's own users may write. So the file is opened only where a log belongs, and never
-//! through a trick (docs/security.md):
-//! - only under `/var/log/`, with no `..` in the path: otherwise a NAD could make root append
-//!   lines it partly controls (network name, messages) to `/root/.ssh/authorized_keys` or
-//!   `/etc/...`;
-//! - the final component is opened with `O_NOFOLLOW` (a symlink is refused, not followed), and
-//!   `O_NONBLOCK` so that a FIFO planted there cannot hang the plugin;
-//! - it must be a regular file, created `0600` if new;
-//! - no directory on the way may be world-writable without the sticky bit (anyone could swap
-//!   the file there between checks).
+//! Every line is written through [`Escaped`]: control characters anywhere in an event (a
+//! network name, a container id, an error message quoting the configuration) are written as
+//! `\n`, `\u{1b}` and so on, so that one event is always one line. Without it a NAD with
+//! `"name": "x\n<a line of its choosing>"` forges log records.
 //!
-//! A refused or unopenable file is reported on stderr and logging goes on to stderr only: a log
-//! option never fails an ADD.
+//! The plugin runs as root, and `logFile` comes from a NetworkAttachmentDefinition, which a
+//! namespace's own users may write. So the file is confined to the plugin's own directory
+//! [`LOG_DIR`] and never opened through a trick (docs/security.md):
+//! - a file directly in `/var/log/roce-ipvlan/`, by a plain absolute path (no `.`, `..`, no
+//!   sub-directory): anywhere else under /var/log a NAD could append records to an audit log
+//!   or another pod's `/var/log/pods` file. Anything else is refused at parse time (code 7);
+//! - the directory is created `0755` if missing, then opened with `O_NOFOLLOW | O_DIRECTORY`
+//!   (a symlink in its place is refused) and must be owned by the plugin's user and writable
+//!   by nobody else;
+//! - the file is opened relative to that directory with `O_NOFOLLOW` (a symlink is refused,
+//!   not followed) and `O_NONBLOCK` (a FIFO planted there cannot hang the plugin), must be a
+//!   regular file, and is created `0600` if new.
+//!
+//! A file that passes the parse-time rule but cannot be opened is reported on stderr and
+//! logging goes on to stderr only: the file system of a node never fails an ADD through a log
+//! option.
 
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-use std::path::{Component, Path};
+use std::fs::File;
+use std::io::{self, Write};
+use std::os::unix::fs::DirBuilderExt;
+use std::path::Path;
 use std::sync::Mutex;
 
-use tracing_subscriber::fmt::writer::MakeWriterExt;
+use tracing_subscriber::fmt::writer::{MakeWriter, MakeWriterExt};
 
 use crate::config::LogConf;
 
@@ -38,13 +46,11 @@ pub fn init(conf: &LogConf) {
     let file = conf
         .file
         .as_ref()
-        .and_then(|path| match open_log_file(path, LOG_DIR) {
+        .and_then(|path| match open_log_file(path, Path::new(LOG_DIR)) {
             Ok(f) => Some(f),
             Err(e) => {
-                eprintln!(
-                    "roce-ipvlan: not logging to logFile {}: {e}",
-                    path.display()
-                );
+                // Debug-quoted: the path comes from the NAD.
+                eprintln!("roce-ipvlan: not logging to logFile {path:?}: {e}");
                 None
             }
         });
@@ -53,59 +59,87 @@ pub fn init(conf: &LogConf) {
         .with_ansi(false);
     let _ = match file {
         Some(f) => builder
-            .with_writer(std::io::stderr.and(Mutex::new(f)))
+            .with_writer(Escaped(std::io::stderr.and(Mutex::new(f))))
             .try_init(),
-        None => builder.with_writer(std::io::stderr).try_init(),
+        None => builder.with_writer(Escaped(std::io::stderr)).try_init(),
     };
 }
 
-/// Where `logFile` may be.
-pub const LOG_DIR: &str = "/var/log";
+/// The plugin's own log directory: the only place `logFile` may be.
+pub const LOG_DIR: &str = "/var/log/roce-ipvlan";
 
 /// Whether `path` may be a `logFile` at all (its shape; the file system is looked at only
 /// when it is opened).
 pub fn check_path(path: &Path) -> Result<(), String> {
-    check_path_in(path, LOG_DIR)
+    check_path_in(path, Path::new(LOG_DIR))
 }
 
-fn check_path_in(path: &Path, allowed_dir: &str) -> Result<(), String> {
-    if !path.starts_with(allowed_dir) || path == Path::new(allowed_dir) {
-        return Err(format!("expected a file under {allowed_dir}/"));
-    }
-    if path
-        .components()
-        .any(|c| !matches!(c, Component::RootDir | Component::Normal(_)))
-    {
-        return Err("expected a plain absolute path without '.' or '..'".into());
-    }
-    Ok(())
-}
-
-/// Opens `path` for appending under the rules of the module documentation.
-pub fn open_log_file(path: &Path, allowed_dir: &str) -> Result<File, String> {
-    check_path_in(path, allowed_dir)?;
-    let mut dir = path.parent();
-    while let Some(d) = dir {
-        if let Ok(m) = d.metadata() {
-            if m.mode() & 0o002 != 0 && m.mode() & 0o1000 == 0 {
-                return Err(format!(
-                    "{} is world-writable without the sticky bit",
-                    d.display()
-                ));
-            }
+fn check_path_in(path: &Path, dir: &Path) -> Result<(), String> {
+    // On the string, not on Path::components(), which drops a "." in the middle (so
+    // "/var/log/roce-ipvlan/./x" would compare equal to "/var/log/roce-ipvlan/x").
+    let name = path
+        .to_str()
+        .zip(dir.to_str())
+        .and_then(|(p, d)| p.strip_prefix(d))
+        .and_then(|rest| rest.strip_prefix('/'));
+    match name {
+        Some(name) if !name.is_empty() && !name.contains('/') && name != "." && name != ".." => {
+            Ok(())
         }
-        dir = d.parent();
+        _ => Err(format!(
+            "expected a file directly in {}/ (the plugin's own log directory), by a plain path \
+             without '.', '..' or a sub-directory, e.g. {}/roce-ipvlan.log",
+            dir.display(),
+            dir.display()
+        )),
     }
-    let file = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open(path)
-        .map_err(|e| match e.raw_os_error() {
-            Some(libc::ELOOP) => "it is a symbolic link".to_string(),
-            _ => e.to_string(),
-        })?;
+}
+
+/// Opens `path` (a file directly in `dir`) for appending under the rules of the module
+/// documentation.
+pub fn open_log_file(path: &Path, dir: &Path) -> Result<File, String> {
+    use nix::fcntl::{open, openat, OFlag};
+    use nix::sys::stat::Mode;
+    check_path_in(path, dir)?;
+    let name = path.file_name().expect("check_path_in: a file in dir");
+    match std::fs::DirBuilder::new().mode(0o755).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(format!("cannot create {}: {e}", dir.display())),
+    }
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let dir_fd = open(dir, flags, Mode::empty()).map_err(|e| match e {
+        nix::Error::ELOOP | nix::Error::ENOTDIR => {
+            format!("{} is not a directory (a symbolic link?)", dir.display())
+        }
+        e => format!("cannot open {}: {e}", dir.display()),
+    })?;
+    let meta = nix::sys::stat::fstat(&dir_fd).map_err(|e| e.to_string())?;
+    if meta.st_uid != nix::unistd::geteuid().as_raw() || meta.st_mode & 0o022 != 0 {
+        return Err(format!(
+            "{} must be owned by the plugin's user and writable by nobody else (it is uid {}, \
+             mode {:o})",
+            dir.display(),
+            meta.st_uid,
+            meta.st_mode & 0o7777
+        ));
+    }
+    let fd = openat(
+        &dir_fd,
+        name,
+        OFlag::O_WRONLY
+            | OFlag::O_APPEND
+            | OFlag::O_CREAT
+            | OFlag::O_NOFOLLOW
+            | OFlag::O_NONBLOCK
+            | OFlag::O_CLOEXEC,
+        Mode::from_bits_truncate(0o600),
+    )
+    .map_err(|e| match e {
+        nix::Error::ELOOP => "it is a symbolic link".to_string(),
+        e => e.to_string(),
+    })?;
+    let file = File::from(fd);
     let meta = file.metadata().map_err(|e| e.to_string())?;
     if !meta.is_file() {
         return Err("it is not a regular file".into());
@@ -113,54 +147,139 @@ pub fn open_log_file(path: &Path, allowed_dir: &str) -> Result<File, String> {
     Ok(file)
 }
 
+/// A writer (and maker of writers) that escapes control characters, keeping only the newline
+/// that ends an event. tracing-subscriber formats each event into one buffer and hands it over
+/// in a single `write_all`, so `write` sees whole events.
+pub struct Escaped<W>(pub W);
+
+impl<W: Write> Write for Escaped<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.write_all(escape_controls(buf).as_bytes())?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.0.flush()
+    }
+}
+
+impl<'a, M: MakeWriter<'a>> MakeWriter<'a> for Escaped<M> {
+    type Writer = Escaped<M::Writer>;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        Escaped(self.0.make_writer())
+    }
+}
+
+/// `buf` with every control character (C0, DEL, C1) written as an escape, except one trailing
+/// newline.
+pub fn escape_controls(buf: &[u8]) -> String {
+    let text = String::from_utf8_lossy(buf);
+    let (body, end) = match text.strip_suffix('\n') {
+        Some(body) => (body, "\n"),
+        None => (&*text, ""),
+    };
+    let mut out = String::with_capacity(text.len());
+    for c in body.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push_str(end);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
-    fn dir() -> (tempfile::TempDir, String) {
+    /// A private log directory that does not exist yet, inside a temporary directory.
+    fn dir() -> (tempfile::TempDir, std::path::PathBuf) {
         let d = tempfile::tempdir().unwrap();
         std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-        let s = d.path().to_str().unwrap().to_string();
-        (d, s)
+        let logs = d.path().join("roce-ipvlan");
+        (d, logs)
     }
 
     #[test]
-    fn a_new_file_is_created_private_and_appended() {
-        let (_d, base) = dir();
-        let p = Path::new(&base).join("sub.log");
-        open_log_file(&p, &base).unwrap();
-        let m = std::fs::metadata(&p).unwrap();
-        assert_eq!(m.mode() & 0o777, 0o600);
-        open_log_file(&p, &base).unwrap();
+    fn the_directory_and_a_new_file_are_created_private_and_appended() {
+        let (_d, logs) = dir();
+        let p = logs.join("x.log");
+        open_log_file(&p, &logs).unwrap().write_all(b"a\n").unwrap();
+        assert_eq!(std::fs::metadata(&p).unwrap().mode() & 0o777, 0o600);
+        assert_eq!(std::fs::metadata(&logs).unwrap().mode() & 0o777, 0o755);
+        open_log_file(&p, &logs).unwrap().write_all(b"b\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), "a\nb\n");
     }
 
     #[test]
-    fn refused_paths() {
-        let (_d, base) = dir();
-        let b = Path::new(&base);
-        assert!(open_log_file(Path::new("/etc/roce.log"), &base)
-            .unwrap_err()
-            .contains("under"));
-        assert!(open_log_file(&b.join("../x.log"), &base)
-            .unwrap_err()
-            .contains(".."));
-        std::os::unix::fs::symlink("/etc/passwd", b.join("link.log")).unwrap();
+    fn only_files_directly_in_the_plugins_directory() {
+        let dir = Path::new(LOG_DIR);
+        check_path(&dir.join("roce-ipvlan.log")).unwrap();
+        for bad in [
+            "/var/log/roce-ipvlan.log",
+            "/var/log/audit/audit.log",
+            "/var/log/pods/ns_pod_uid/c/0.log",
+            "/var/log/roce-ipvlan",
+            "/var/log/roce-ipvlan/",
+            "/var/log/roce-ipvlan/sub/x.log",
+            "/var/log/roce-ipvlan/../audit/audit.log",
+            "/var/log/roce-ipvlan/./x.log",
+            "/etc/roce.log",
+            "rel.log",
+        ] {
+            let err = check_path(Path::new(bad)).unwrap_err();
+            assert!(err.contains("/var/log/roce-ipvlan/"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn symlinks_fifos_and_foreign_directories_are_refused() {
+        let (d, logs) = dir();
+        // The directory itself a symlink (to a directory the NAD's victim owns).
+        let elsewhere = d.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &logs).unwrap();
+        let err = open_log_file(&logs.join("x.log"), &logs).unwrap_err();
+        assert!(err.contains("not a directory"), "{err}");
+        assert!(!elsewhere.join("x.log").exists());
+        std::fs::remove_file(&logs).unwrap();
+
+        std::fs::create_dir(&logs).unwrap();
+        std::fs::set_permissions(&logs, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", logs.join("link.log")).unwrap();
         assert_eq!(
-            open_log_file(&b.join("link.log"), &base).unwrap_err(),
+            open_log_file(&logs.join("link.log"), &logs).unwrap_err(),
             "it is a symbolic link"
         );
-        nix::unistd::mkfifo(&b.join("fifo.log"), nix::sys::stat::Mode::S_IRWXU).unwrap();
-        assert!(open_log_file(&b.join("fifo.log"), &base).is_err());
-        std::fs::create_dir(b.join("d.log")).unwrap();
-        assert!(open_log_file(&b.join("d.log"), &base).is_err());
-        let open = b.join("open");
-        std::fs::create_dir(&open).unwrap();
-        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
-        assert!(open_log_file(&open.join("x.log"), &base)
-            .unwrap_err()
-            .contains("sticky"));
-        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o1777)).unwrap();
-        open_log_file(&open.join("x.log"), &base).unwrap();
+        nix::unistd::mkfifo(&logs.join("fifo.log"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        assert!(open_log_file(&logs.join("fifo.log"), &logs).is_err());
+        std::fs::create_dir(logs.join("d.log")).unwrap();
+        assert!(open_log_file(&logs.join("d.log"), &logs).is_err());
+
+        std::fs::set_permissions(&logs, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let err = open_log_file(&logs.join("x.log"), &logs).unwrap_err();
+        assert!(err.contains("writable by nobody else"), "{err}");
+    }
+
+    #[test]
+    fn control_characters_are_escaped_and_one_event_stays_one_line() {
+        assert_eq!(escape_controls(b"plain line\n"), "plain line\n");
+        assert_eq!(
+            escape_controls(b"network=x\n2026-01-01T00:00:00Z  INFO forged\n"),
+            "network=x\\n2026-01-01T00:00:00Z  INFO forged\n"
+        );
+        assert_eq!(
+            escape_controls("a\rb\tc\u{1b}[31md\u{7f}\u{85}e".as_bytes()),
+            "a\\rb\\tc\\u{1b}[31md\\u{7f}\\u{85}e"
+        );
+        let mut out = Escaped(Vec::new());
+        out.write_all(b"x\ny\n").unwrap();
+        assert_eq!(out.0, b"x\\ny\n");
     }
 }

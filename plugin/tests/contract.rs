@@ -485,3 +485,96 @@ fn del_with_a_refused_interface_name_still_releases() {
     let calls = std::fs::read_to_string(&log).unwrap_or_default();
     assert!(calls.lines().any(|l| l.starts_with("DEL ")), "{calls:?}");
 }
+
+/// Runs the plugin; returns exit code, stdout and stderr.
+fn run_raw(env: &[(&str, &str)], stdin: &str) -> (i32, String, String) {
+    let mut child = Command::new(BIN)
+        .env_clear()
+        .envs(env.iter().copied())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+const FORGED: &str = "2026-01-01T00:00:00.000000Z  INFO FORGED record";
+
+/// ADD refuses a network name or a container id outside the spec's rule, so a NAD (or a
+/// runtime bug) cannot put a line of its choosing into the logs; the refusal quotes it escaped.
+#[test]
+fn names_and_container_ids_outside_the_spec_are_refused() {
+    let mut c = conf();
+    c["name"] = json!(format!("x\n{FORGED}"));
+    let (code, out, err) = run_raw(&add_env(NEVER_OPENED), &c.to_string());
+    assert_eq!(code, 1);
+    let doc: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_error(&doc, 7, "not a valid network name");
+    assert!(
+        !err.lines().any(|l| l.starts_with("2026-01-01")),
+        "stderr: {err}"
+    );
+    let id = format!("c1\n{FORGED}");
+    let mut env = add_env(NEVER_OPENED);
+    env[1] = ("CNI_CONTAINERID", id.as_str());
+    let (_, out, _) = run_raw(&env, &conf().to_string());
+    let doc: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_error(&doc, 4, "CNI_CONTAINERID");
+}
+
+/// DEL takes any name and container id (a pod from an older release must still go), and logs
+/// them escaped: every event stays one line, whatever the fields hold.
+#[test]
+fn logged_fields_are_escaped_one_event_one_line() {
+    let (_dir, path, _log) = recording_ipam();
+    let mut c = conf();
+    c["name"] = json!(format!("x\n{FORGED}\r\u{1b}[2K"));
+    c["logLevel"] = json!("debug");
+    c["ipam"] = json!({"type": "rec-ipam"});
+    c["mode"] = json!(format!("l3\n{FORGED}"));
+    c["logFile"] = json!(format!("/var/log/x\n{FORGED}"));
+    let id = format!("c1\n{FORGED}");
+    let env = vec![
+        ("CNI_COMMAND", "DEL"),
+        ("CNI_CONTAINERID", id.as_str()),
+        ("CNI_IFNAME", "net1"),
+        ("CNI_PATH", path.as_str()),
+    ];
+    let (code, out, err) = run_raw(&env, &c.to_string());
+    assert_eq!(code, 0, "{out}");
+    assert!(err.contains("FORGED"), "the fields were logged: {err}");
+    for line in err.lines() {
+        assert!(!line.starts_with("2026-01-01"), "forged line in: {err}");
+        assert!(!line.contains('\r') && !line.contains('\u{1b}'), "{line:?}");
+    }
+}
+
+/// logFile is confined to the plugin's own directory: elsewhere under /var/log a NAD could add
+/// records to an audit log or another pod's log.
+#[test]
+fn log_files_outside_the_plugins_directory_are_refused() {
+    for file in [
+        "/var/log/audit/audit.log",
+        "/var/log/pods/ns_pod_uid/c/0.log",
+        "/var/log/roce-ipvlan/../audit/audit.log",
+        "/var/log/roce-ipvlan.log",
+    ] {
+        let mut c = conf();
+        c["logFile"] = json!(file);
+        let (code, doc) = run(&add_env(NEVER_OPENED), &c.to_string());
+        assert_eq!(code, 1, "{file}");
+        assert_error(&doc, 7, "/var/log/roce-ipvlan/");
+    }
+}
