@@ -32,6 +32,8 @@ struct RawConf {
     runtime_config: Option<Value>,
     /// CNI `args`; `args.cni` carries Multus cni-args (see rail.rs).
     args: Option<Value>,
+    /// The rails cni-args may choose (see rail.rs).
+    allowed_rails: Option<Value>,
     mode: Option<String>,
     mtu: Option<u32>,
     ipam: Option<Value>,
@@ -287,6 +289,7 @@ impl NetConf {
                 .and_then(Value::as_str)
                 .map(String::from),
             conf.args.as_ref(),
+            rail::AllowedRails::parse(conf.allowed_rails.as_ref())?,
         )?;
         Ok(NetConf {
             cni_version: conf.cni_version,

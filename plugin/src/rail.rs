@@ -11,6 +11,18 @@
 //! - `rdma.device`: an RDMA device name in the NAD.
 //!
 //! Precedence, highest first: `args.cni` > `deviceID` > `master` > `rdma.device`.
+//!
+//! Who may choose: `master`, `rdma.device` and `allowedRails` come from the NAD (its owner
+//! decides); `deviceID` from the device plugin through Multus (the kubelet's allocation);
+//! `args.cni` from the *pod's* network selection element, so from whoever may create pods that
+//! use the NAD. cni-args are therefore honoured only for rails the NAD lists in
+//! `allowedRails` (netdev names or `*`/`?` glob patterns): `args.cni.master` must match an
+//! entry (checked at parse time), and a rail chosen by `args.cni.rdmaDevice` alone must be a
+//! netdev that matches one (checked by [`resolve`], which knows the device's port). Without
+//! `allowedRails`, cni-args that name a rail are refused (7): otherwise any pod allowed to use
+//! the NAD could attach to any RDMA-capable netdev of the node (a storage or front-end NIC).
+//! With `args.cni.master` given, `args.cni.rdmaDevice` only names the GID table to watch and
+//! attaches nothing, so it is not matched.
 //! - `args.cni` replaces the NAD's `master` and `rdma.device` as a whole: it exists so that a pod
 //!   can pick a rail of a NAD shared by all rails, and a NAD default must not leak into the pod's
 //!   choice (a NAD `master` with a pod `rdmaDevice` would otherwise put the child on one rail and
@@ -41,6 +53,116 @@ pub struct Inputs {
     pub device_id: Option<String>,
     pub args_master: Option<String>,
     pub args_rdma_device: Option<String>,
+    /// The NAD's `allowedRails`: the rails cni-args may choose (empty: none).
+    pub allowed: AllowedRails,
+}
+
+/// The NAD's `allowedRails`: netdev names and glob patterns (`*` any run of characters, `?`
+/// one character) that a pod's cni-args may choose as its rail.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AllowedRails(Vec<String>);
+
+impl AllowedRails {
+    /// Checks the NAD's `allowedRails` value (absent: nothing allowed).
+    pub fn parse(value: Option<&Value>) -> Result<AllowedRails> {
+        let bad = |why: String| {
+            Err(Error::InvalidConfig(format!(
+                "\"allowedRails\" {why}: expected a non-empty list of rail netdev names or glob \
+                 patterns, e.g. [\"rdma0\", \"rdma*\"]"
+            )))
+        };
+        let list = match value {
+            None | Some(Value::Null) => return Ok(AllowedRails::default()),
+            Some(Value::Array(list)) if list.is_empty() => {
+                return bad("is empty (leave it out to let no pod choose)".into())
+            }
+            Some(Value::Array(list)) => list,
+            Some(other) => return bad(format!("is {other}")),
+        };
+        let mut patterns = Vec::new();
+        for entry in list {
+            let Some(p) = entry.as_str() else {
+                return bad(format!("has {entry}, not a string"));
+            };
+            // A pattern is an interface name in which '*' and '?' stand for characters.
+            let probe = p.replace(['*', '?'], "x");
+            if p.is_empty()
+                || p.len() > 15
+                || crate::cni::validate_ifname(&probe).is_err()
+                || p.contains(['[', ']', '\\'])
+            {
+                return bad(format!(
+                    "has {p:?}, which is neither an interface name nor a pattern of one (up to \
+                     15 bytes, no '/', ':', '%', whitespace; '*' and '?' as wildcards)"
+                ));
+            }
+            patterns.push(p.to_string());
+        }
+        Ok(AllowedRails(patterns))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn allows(&self, netdev: &str) -> bool {
+        self.0
+            .iter()
+            .any(|p| glob_match(p.as_bytes(), netdev.as_bytes()))
+    }
+
+    /// Refuses a rail chosen by cni-args (`what`, e.g. `"args.cni.master" eth9`) that the NAD
+    /// does not allow.
+    fn check(&self, what: &str, netdev: &str) -> Result<()> {
+        if self.is_empty() {
+            return Err(Error::InvalidConfig(format!(
+                "{what} chooses the rail, but this NAD lets no pod choose it: cni-args come from \
+                 the pod, so they are honoured only for rails the NAD lists in \"allowedRails\" \
+                 (e.g. [\"rdma*\"]); add that to the NAD, or drop the cni-args and name the rail \
+                 in the NAD (\"master\") or through the device plugin (deviceID)"
+            )));
+        }
+        if !self.allows(netdev) {
+            return Err(Error::InvalidConfig(format!(
+                "{what} is rail {netdev}, which this NAD does not allow: \"allowedRails\" is \
+                 [{}]; choose one of those rails, or ask the NAD's owner to add it",
+                self.0
+                    .iter()
+                    .map(|p| format!("{p:?}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Glob matching with `*` (any run, also empty) and `?` (one byte); everything else literal.
+fn glob_match(pattern: &[u8], name: &[u8]) -> bool {
+    // The classic two-pointer walk: on a mismatch, retry from the last '*' one byte further.
+    let (mut p, mut n) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while n < name.len() {
+        match pattern.get(p) {
+            Some(b'*') => {
+                star = Some((p, n));
+                p += 1;
+            }
+            Some(&c) if c == b'?' || c == name[n] => {
+                p += 1;
+                n += 1;
+            }
+            _ => match star {
+                Some((sp, sn)) => {
+                    p = sp + 1;
+                    n = sn + 1;
+                    star = Some((sp, sn + 1));
+                }
+                None => return false,
+            },
+        }
+    }
+    pattern[p..].iter().all(|&c| c == b'*')
 }
 
 /// The rail chosen for an attachment.
@@ -65,6 +187,7 @@ impl Inputs {
         device_id: Option<String>,
         runtime_device_id: Option<String>,
         args: Option<&Value>,
+        allowed: AllowedRails,
     ) -> Result<Inputs> {
         let master = master.filter(|m| !m.is_empty());
         if let Some(m) = &master {
@@ -82,12 +205,21 @@ impl Inputs {
         };
         let device_id = device_id.map(|d| pci_address(&d)).transpose()?;
         let (args_master, args_rdma_device) = cni_args(args)?;
+        if let Some(m) = &args_master {
+            allowed.check(&format!("\"args.cni.master\" {m}"), m)?;
+        } else if args_rdma_device.is_some() && allowed.is_empty() {
+            // Which netdev the device's port is, resolve() finds out; that none is allowed
+            // is clear now.
+            let d = args_rdma_device.as_deref().unwrap_or_default();
+            allowed.check(&format!("\"args.cni.rdmaDevice\" {d}"), d)?;
+        }
         Ok(Inputs {
             master,
             rdma_device,
             device_id,
             args_master,
             args_rdma_device,
+            allowed,
         })
     }
 
@@ -140,6 +272,9 @@ pub fn resolve(inputs: &Inputs, node: &dyn Node) -> Result<Rail> {
             if !netdevs.contains(&netdev) {
                 return Err(conflict(&rdma_src(d), &chosen_by, &netdev));
             }
+            if from_args {
+                inputs.allowed.check(&rdma_src(d), &netdev)?;
+            }
         }
         return Ok(Rail {
             netdev,
@@ -156,6 +291,11 @@ pub fn resolve(inputs: &Inputs, node: &dyn Node) -> Result<Rail> {
     }
     if let Some(d) = rdma_device {
         let netdevs = rdma_netdevs(node, d, rdma_key)?;
+        if from_args {
+            for netdev in &netdevs {
+                inputs.allowed.check(&rdma_src(d), netdev)?;
+            }
+        }
         return match netdevs.as_slice() {
             [netdev] => Ok(Rail {
                 netdev: netdev.clone(),
@@ -458,6 +598,7 @@ mod tests {
                 .and_then(Value::as_str)
                 .map(String::from),
             conf.get("args"),
+            AllowedRails::parse(conf.get("allowedRails"))?,
         )
     }
 
@@ -533,8 +674,10 @@ mod tests {
 
     #[test]
     fn cni_args_replace_the_nads_selection() {
-        let r = rail(json!({"master": "rdma6", "rdmaDevice": "mlx5_6",
-                            "args": {"cni": {"master": "rdma7"}}}))
+        let r = rail(
+            json!({"master": "rdma6", "rdmaDevice": "mlx5_6", "allowedRails": ["rdma*"],
+                            "args": {"cni": {"master": "rdma7"}}}),
+        )
         .unwrap();
         assert_eq!(r.netdev, "rdma7");
         assert_eq!(
@@ -542,14 +685,104 @@ mod tests {
             "the NAD's rdma.device must not leak in"
         );
         assert_eq!(r.chosen_by, "\"args.cni.master\" rdma7");
-        let r =
-            rail(json!({"master": "rdma6", "args": {"cni": {"rdmaDevice": "mlx5_7"}}})).unwrap();
+        let r = rail(json!({"master": "rdma6", "allowedRails": ["rdma7"],
+                        "args": {"cni": {"rdmaDevice": "mlx5_7"}}}))
+        .unwrap();
         assert_eq!(r.netdev, "rdma7");
         assert_eq!(r.rdma_device.as_deref(), Some("mlx5_7"));
         // Unrelated cni-args of other plugins are left alone.
         let r =
             rail(json!({"master": "rdma6", "args": {"cni": {"ips": ["10.0.0.1/24"]}}})).unwrap();
         assert_eq!(r.netdev, "rdma6");
+    }
+
+    /// cni-args come from the pod: only rails the NAD allows may be chosen with them, whatever
+    /// names the rail (a netdev, or an RDMA device whose port is that netdev).
+    #[test]
+    fn cni_args_choose_only_rails_the_nad_allows() {
+        // No allowedRails: no pod choice at all, whichever key.
+        for args in [json!({"master": "rdma7"}), json!({"rdmaDevice": "mlx5_7"})] {
+            refused(json!({"args": {"cni": args}}), 7, "lets no pod choose it");
+        }
+        // A rail outside the list, by netdev or through its RDMA device.
+        let nad =
+            |args: Value| json!({"allowedRails": ["rdma6", "gpu?rail"], "args": {"cni": args}});
+        refused(
+            nad(json!({"master": "rdma7"})),
+            7,
+            "\"args.cni.master\" rdma7 is rail rdma7, which this NAD does not allow",
+        );
+        refused(
+            nad(json!({"rdmaDevice": "mlx5_7"})),
+            7,
+            "\"args.cni.rdmaDevice\" mlx5_7 is rail rdma7",
+        );
+        // Inside it.
+        assert_eq!(
+            rail(nad(json!({"master": "rdma6"}))).unwrap().netdev,
+            "rdma6"
+        );
+        assert_eq!(
+            rail(nad(json!({"rdmaDevice": "mlx5_6"}))).unwrap().netdev,
+            "rdma6"
+        );
+        // deviceID is the device plugin's, not the pod's: no allowedRails needed.
+        assert_eq!(
+            rail(json!({"deviceID": "0000:0d:00.0"})).unwrap().netdev,
+            "rdma7"
+        );
+        // A deviceID does not open the door to cni-args either.
+        refused(
+            json!({"deviceID": "0000:0d:00.0", "args": {"cni": {"master": "rdma7"}}}),
+            7,
+            "lets no pod choose it",
+        );
+    }
+
+    #[test]
+    fn allowed_rails_are_names_or_globs() {
+        let allowed = AllowedRails::parse(Some(&json!(["rdma*", "ens?f0np0", "eth1"]))).unwrap();
+        for yes in ["rdma0", "rdma15", "rdma", "ens1f0np0", "eth1"] {
+            assert!(allowed.allows(yes), "{yes}");
+        }
+        for no in ["eth0", "eth10", "ens10f0np0", "xrdma0", "ens1f0np1", ""] {
+            assert!(!allowed.allows(no), "{no}");
+        }
+        assert!(AllowedRails::parse(None).unwrap().is_empty());
+        for bad in [
+            json!([]),
+            json!("rdma*"),
+            json!([3]),
+            json!([""]),
+            json!(["a/b"]),
+            json!(["a b"]),
+            json!(["rdma[0-3]"]),
+            json!(["sixteen-chars-xx"]),
+        ] {
+            let err = AllowedRails::parse(Some(&bad)).unwrap_err();
+            assert_eq!(err.code(), 7, "{bad}");
+            assert!(err.to_string().contains("allowedRails"), "{err}");
+        }
+    }
+
+    #[test]
+    fn glob_matching() {
+        for (p, n, want) in [
+            ("*", "", true),
+            ("*", "abc", true),
+            ("a*c", "abbbc", true),
+            ("a*c", "abcd", false),
+            ("*b*", "abc", true),
+            ("a?c", "abc", true),
+            ("a?c", "ac", false),
+            ("**", "x", true),
+            ("a*b*c", "aXbYbZc", true),
+            ("a*b*c", "aXcYb", false),
+            ("", "", true),
+            ("", "a", false),
+        ] {
+            assert_eq!(glob_match(p.as_bytes(), n.as_bytes()), want, "{p} {n}");
+        }
     }
 
     #[test]
@@ -565,12 +798,14 @@ mod tests {
             "\"rdma.device\" mlx5_6",
         );
         refused(
-            json!({"deviceID": "0000:0d:00.0", "args": {"cni": {"master": "rdma6"}}}),
+            json!({"deviceID": "0000:0d:00.0", "allowedRails": ["rdma*"],
+                   "args": {"cni": {"master": "rdma6"}}}),
             7,
             "\"args.cni.master\" rdma6",
         );
         refused(
-            json!({"deviceID": "0000:0d:00.0", "args": {"cni": {"rdmaDevice": "mlx5_6"}}}),
+            json!({"deviceID": "0000:0d:00.0", "allowedRails": ["rdma*"],
+                   "args": {"cni": {"rdmaDevice": "mlx5_6"}}}),
             7,
             "\"args.cni.rdmaDevice\" mlx5_6",
         );

@@ -184,11 +184,26 @@ fn check_cni(conf: &Value, raw: Option<&str>, resource: &str) -> Outcome {
             Ok(parsed) => {
                 checked.push(i);
                 if !parsed.rail.names_a_rail() {
-                    let _ = if resource.is_empty() {
-                        write!(notes, "; the rail comes from each pod's cni-args")
+                    if !resource.is_empty() {
+                        let _ = write!(notes, "; the rail comes from the deviceID of {resource}");
+                    } else if parsed.rail.allowed.is_empty() {
+                        // Every ADD would be refused: no rail, and no pod may name one.
+                        return Outcome::Error(format!(
+                            "roce-ipvlan configuration{} names no rail: expected \"master\", \
+                             \"rdma.device\", a {RESOURCE_NAME} annotation (deviceID), or \
+                             \"allowedRails\" listing the rails pods may choose with cni-args",
+                            if configs.len() > 1 {
+                                format!(" (plugin {})", i + 1)
+                            } else {
+                                String::new()
+                            }
+                        ));
                     } else {
-                        write!(notes, "; the rail comes from the deviceID of {resource}")
-                    };
+                        let _ = write!(
+                            notes,
+                            "; the rail comes from each pod's cni-args, among allowedRails"
+                        );
+                    }
                 }
             }
             Err(e) => {
@@ -268,11 +283,24 @@ spec:
 
     #[test]
     fn shared_nads_say_where_the_rail_comes_from() {
+        // No rail and nothing a pod may choose: every ADD would be refused.
         let shared = NAD.replace("\"master\": \"rdma3\",", "");
         assert!(
-            matches!(&outcomes(&shared)[0], Outcome::Ok(m) if m.contains("cni-args")),
+            matches!(&outcomes(&shared)[0], Outcome::Error(m) if m.contains("allowedRails")),
             "{:?}",
             outcomes(&shared)
+        );
+        let by_args = NAD.replace("\"master\": \"rdma3\",", "\"allowedRails\": [\"rdma*\"],");
+        assert!(
+            matches!(&outcomes(&by_args)[0], Outcome::Ok(m) if m.contains("cni-args")),
+            "{:?}",
+            outcomes(&by_args)
+        );
+        let bad = NAD.replace("\"master\": \"rdma3\",", "\"allowedRails\": [\"a/b\"],");
+        assert!(
+            matches!(&outcomes(&bad)[0], Outcome::Error(m) if m.contains("allowedRails")),
+            "{:?}",
+            outcomes(&bad)
         );
         let by_device = shared.replace(
             "  name: rail3\n",

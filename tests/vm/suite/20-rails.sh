@@ -1,6 +1,7 @@
 # Rail selection (plugin/src/rail.rs): one configuration without "master" serving every rail.
 # The rails are virtio-net-pci NICs, so each has a real PCI address, as a ConnectX PF has; the
-# rxe devices stand in for mlx5_N. Precedence: args.cni > deviceID > master > rdma.device.
+# rxe devices stand in for mlx5_N. Precedence: args.cni > deviceID > master > rdma.device;
+# args.cni only for rails the NAD lists in allowedRails (25-hardening.sh tests the refusals).
 
 # rail_conf FILE NAME SUBNET EXTRA_JSON: a roce-ipvlan config with host-local and no "master"
 rail_conf() {
@@ -76,16 +77,18 @@ test_rail_rdma_device_alone_picks_its_rail() {
 
 test_rail_cni_args_override() {
 	require_plugin
-	# One shared NAD naming rdma0; the pod's cni-args pick rdma3 instead.
+	# One shared NAD naming rdma0 and allowing the pods every rdma* rail; the pod's cni-args
+	# pick rdma3 instead.
 	roce_conf /tmp/rail-args.conf rail-args rdma0 1.0.0 10.9.44.0/24 \
-		'{"args": {"cni": {"master": "rdma3"}}}'
+		'{"allowedRails": ["rdma*"], "args": {"cni": {"master": "rdma3"}}}'
 	attach_on /tmp/rail-args.conf argsmaster rdma3
 	# rdmaDevice in cni-args: the rail is that device's netdev; the NAD's master does not leak in.
 	roce_conf /tmp/rail-args2.conf rail-args2 rdma0 1.0.0 10.9.45.0/24 \
-		"{\"args\": {\"cni\": {\"rdmaDevice\": \"$(rail_rdma_dev rdma1)\"}}}"
+		"{\"allowedRails\": [\"rdma*\"], \"args\": {\"cni\": {\"rdmaDevice\": \"$(rail_rdma_dev rdma1)\"}}}"
 	attach_on /tmp/rail-args2.conf argsrdma rdma1
 	# A NAD without any rail: only cni-args name it.
-	rail_conf /tmp/rail-args3.conf rail-args3 10.9.46.0/24 '{"args": {"cni": {"master": "rdma2"}}}'
+	rail_conf /tmp/rail-args3.conf rail-args3 10.9.46.0/24 \
+		'{"allowedRails": ["rdma2"], "args": {"cni": {"master": "rdma2"}}}'
 	attach_on /tmp/rail-args3.conf argsonly rdma2
 }
 
@@ -102,7 +105,7 @@ test_rail_conflicting_inputs_refused_code_7() {
 	rail_conf /tmp/rail-c1.conf rail-c1 10.9.48.0/24 "{\"deviceID\": \"$pci\", \"master\": \"rdma1\"}"
 	refused_add /tmp/rail-c1.conf conflict1 7 "conflicting rails: \"deviceID\" $pci is rail rdma2, but \"master\" rdma1"
 	rail_conf /tmp/rail-c2.conf rail-c2 10.9.48.0/24 \
-		"{\"deviceID\": \"$pci\", \"args\": {\"cni\": {\"master\": \"rdma1\"}}}"
+		"{\"deviceID\": \"$pci\", \"allowedRails\": [\"rdma*\"], \"args\": {\"cni\": {\"master\": \"rdma1\"}}}"
 	refused_add /tmp/rail-c2.conf conflict2 7 "conflicting rails: .*\"args.cni.master\" rdma1"
 	rail_conf /tmp/rail-c3.conf rail-c3 10.9.48.0/24 \
 		"{\"deviceID\": \"$pci\", \"rdma\": {\"device\": \"$(rail_rdma_dev rdma0)\"}}"

@@ -55,3 +55,57 @@ test_host_netns_refused_as_a_pod() {
 	assert_eq "$(host_snapshot)" "$before" "the host after DEL"
 	ip link del hnet1
 }
+
+# cni-args come from the pod's network selection element, i.e. from whoever may create pods
+# that use the NAD: they may choose only rails the NAD lists in allowedRails. Multus hands them
+# to the plugin as args.cni in the configuration; the configurations below carry them exactly
+# so and go through libcni. CNI_ARGS (cnidriver --args, the runtime's K=V list) never chooses a
+# rail.
+test_cni_args_choose_only_allowed_rails() {
+	require_plugin
+	local base=/tmp/allowed.conf conf=/tmp/allowed-case.conf cidr info dev port idx table args before n=0
+	jq -n '{cniVersion: "1.0.0", name: "allowed", type: "roce-ipvlan", allowedRails: ["rdma2", "ens?f0np0"],
+		ipam: {type: "host-local", subnet: "10.9.142.0/24"}}' >"$base"
+	# An allowed rail: attached there.
+	jq '. + {args: {cni: {master: "rdma2"}}}' "$base" >"$conf"
+	new_pod allowok
+	assert_ok cnidriver add "$conf" /run/netns/allowok
+	cidr=$(jq -r '.ips[0].address' <<<"$OUT")
+	info=$(verify_attachment allowok net1 rdma2 "$cidr")
+	read -r dev port idx table <<<"$info"
+	assert_ok cnidriver del "$conf" /run/netns/allowok
+	verify_gone allowok net1 allowed "${cidr%/*}" "$dev" "$table"
+	# Rails the NAD does not allow, by netdev or through the RDMA device of one: 7, nothing left.
+	for args in '{"master": "rdma3"}' "{\"rdmaDevice\": \"$(rail_rdma_dev rdma3)\"}"; do
+		n=$((n + 1))
+		jq --argjson a "$args" '. + {args: {cni: $a}}' "$base" >"$conf"
+		new_pod "allowno$n"
+		before=$(host_snapshot)
+		assert_fails cnidriver add "$conf" "/run/netns/allowno$n"
+		assert_eq "$(cni_code "$OUT")" 7 "cni-args $args (stdout: $OUT)"
+		assert_match "$(jq -r .msg <<<"$OUT")" \
+			'is rail rdma3, which this NAD does not allow: "allowedRails" is \["rdma2", "ens\?f0np0"\]' \
+			"message for $args"
+		assert_eq "$(pod_links "allowno$n")" "" "links in the pod after cni-args $args"
+		assert_eq "$(host_local_ips allowed)" "" "host-local allocations after cni-args $args"
+		assert_eq "$(host_snapshot)" "$before" "the host after cni-args $args"
+	done
+	# A NAD without allowedRails lets no pod choose.
+	jq 'del(.allowedRails) + {args: {cni: {master: "rdma2"}}}' "$base" >"$conf"
+	new_pod allownone
+	assert_fails cnidriver add "$conf" /run/netns/allownone
+	assert_eq "$(cni_code "$OUT")" 7 "cni-args without allowedRails (stdout: $OUT)"
+	assert_match "$OUT" 'lets no pod choose it' "message without allowedRails"
+	assert_eq "$(host_local_ips allowed)" "" "host-local allocations without allowedRails"
+	# CNI_ARGS is not cni-args: the NAD's master stays the rail. (IgnoreUnknown=1 because
+	# host-local refuses CNI_ARGS keys it does not know.)
+	args="IgnoreUnknown=1;master=rdma3;rdmaDevice=$(rail_rdma_dev rdma3)"
+	jq '. + {master: "rdma1"}' "$base" >"$conf"
+	new_pod allowcniargs
+	assert_ok cnidriver add "$conf" /run/netns/allowcniargs --args "$args"
+	cidr=$(jq -r '.ips[0].address' <<<"$OUT")
+	info=$(verify_attachment allowcniargs net1 rdma1 "$cidr")
+	read -r dev port idx table <<<"$info"
+	assert_ok cnidriver del "$conf" /run/netns/allowcniargs --args "$args"
+	verify_gone allowcniargs net1 allowed "${cidr%/*}" "$dev" "$table"
+}
