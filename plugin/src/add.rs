@@ -409,12 +409,58 @@ async fn create_child(r: &Ready<'_>) -> Result<Link> {
 /// A name for the child while it is created: unique per attachment, at most 15 bytes, and the
 /// same in every invocation for that attachment, so that DEL can find a child left under it by
 /// an ADD killed between creating and renaming it. (Two ADDs of one attachment at once collide
-/// on it; the second fails, as it should.) `DefaultHasher::new()` is unkeyed: stable across
-/// processes of one build.
+/// on it; the second fails, as it should.) The hash is 32-bit FNV-1a, written out here: it
+/// must give the same name in every release, which `std`'s `DefaultHasher` does not promise
+/// (its algorithm may change with the Rust version, and a DEL by an upgraded binary would then
+/// miss the child).
 pub(crate) fn temp_name(env: &Env) -> String {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    env.container_id.hash(&mut h);
-    env.ifname.hash(&mut h);
-    format!("rtmp{:08x}", h.finish() as u32)
+    format!("rtmp{:08x}", temp_name_hash(&env.container_id, &env.ifname))
+}
+
+/// FNV-1a (32-bit) over the container id, a NUL (which neither may contain) and the interface
+/// name.
+fn temp_name_hash(container_id: &str, ifname: &str) -> u32 {
+    fnv1a32(container_id.bytes().chain([0]).chain(ifname.bytes()))
+}
+
+fn fnv1a32(bytes: impl Iterator<Item = u8>) -> u32 {
+    const OFFSET_BASIS: u32 = 0x811c_9dc5;
+    const PRIME: u32 = 0x0100_0193;
+    bytes.fold(OFFSET_BASIS, |h, b| (h ^ u32::from(b)).wrapping_mul(PRIME))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(container_id: &str, ifname: &str) -> Env {
+        Env {
+            command: crate::cni::Command::Add,
+            container_id: container_id.into(),
+            netns: None,
+            ifname: ifname.into(),
+            path: Vec::new(),
+            args: Vec::new(),
+        }
+    }
+
+    /// Pinned: a release that changes these names strands children of killed ADDs.
+    #[test]
+    fn temp_names_are_stable_across_releases() {
+        // FNV-1a's published test vectors.
+        assert_eq!(fnv1a32("".bytes()), 0x811c_9dc5);
+        assert_eq!(fnv1a32("a".bytes()), 0xe40c_292c);
+        assert_eq!(fnv1a32("foobar".bytes()), 0xbf9c_f968);
+        assert_eq!(temp_name(&env("c1", "net1")), "rtmp1b4d049d");
+        assert_eq!(
+            temp_name(&env(
+                "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+                "net16"
+            )),
+            "rtmp64eee53d"
+        );
+        let name = temp_name(&env("c1", "net2"));
+        assert_ne!(name, temp_name(&env("c1", "net1")));
+        assert!(name.len() <= 15, "{name}");
+    }
 }
