@@ -9,7 +9,7 @@
 //! that is missing).
 
 use std::fs;
-use std::io::{self, Write};
+use std::io;
 use std::path::{Component, Path, PathBuf};
 
 use serde_json::{json, Map, Value};
@@ -111,16 +111,10 @@ pub fn write(path: &Path, pci_address: &str, rdma_device: &str) -> Result<()> {
     if let Some(dir) = path.parent() {
         fs::create_dir_all(dir).map_err(|e| io_err("cannot create the directory of the", e))?;
     }
-    // Written beside and renamed, so that Multus never reads half a file.
-    let tmp = path.with_extension("roce-ipvlan.tmp");
+    // Atomically, so that Multus never reads half a file.
     let text = serde_json::to_string(&doc).expect("a JSON value always serializes");
-    let written = fs::File::create(&tmp)
-        .and_then(|mut f| f.write_all(text.as_bytes()).and_then(|()| f.sync_all()))
-        .and_then(|()| fs::rename(&tmp, path));
-    if let Err(e) = written {
-        let _ = fs::remove_file(&tmp);
-        return Err(io_err("cannot write the", e));
-    }
+    crate::atomic_file::write(path, text.as_bytes(), 0o644)
+        .map_err(|e| io_err("cannot write the", e))?;
     tracing::info!(path = %path.display(), pci_address, rdma_device, "device-info written");
     Ok(())
 }
@@ -212,5 +206,38 @@ mod tests {
         remove(&path);
         assert!(!path.exists());
         remove(&path); // a second DEL
+    }
+
+    /// Multus names the file per attachment, and network names may contain dots: the
+    /// temporary file of `pod-rail.v1` and `pod-rail.v2` used to be the same
+    /// `pod-rail.roce-ipvlan.tmp`, so two ADDs at once could publish each other's document.
+    #[test]
+    fn dotted_names_written_at_once_keep_their_own_documents() {
+        let dir = tempfile::tempdir().unwrap();
+        std::thread::scope(|s| {
+            for (i, pci) in ["0000:3b:00.2", "0000:3c:00.2", "0000:3d:00.2"]
+                .iter()
+                .enumerate()
+            {
+                let path = dir.path().join(format!("pod-rail.v{i}"));
+                s.spawn(move || {
+                    for _ in 0..20 {
+                        write(&path, pci, &format!("mlx5_{i}")).unwrap();
+                        remove(&path);
+                    }
+                    write(&path, pci, &format!("mlx5_{i}")).unwrap();
+                });
+            }
+        });
+        for i in 0..3 {
+            let text = fs::read_to_string(dir.path().join(format!("pod-rail.v{i}"))).unwrap();
+            let doc: Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(doc["pci"]["rdma-device"], format!("mlx5_{i}"));
+        }
+        assert_eq!(
+            fs::read_dir(dir.path()).unwrap().count(),
+            3,
+            "no temporary left"
+        );
     }
 }

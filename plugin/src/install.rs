@@ -2,16 +2,14 @@
 //! deploy/. The image is a static binary on an empty base, so there is no shell to do it.
 //!
 //! The copy must never be seen half-written: Multus may exec the plugin at any moment. So the
-//! binary is written to a temporary file in the target directory (same filesystem), fsynced,
-//! and renamed over the target; rename(2) within a directory replaces the name atomically, so a
-//! reader opens either the old file or the new one. The directory is fsynced too, so that the
-//! rename survives a crash of the node. A target with the same content is left alone, so a
+//! binary is written with `atomic_file::write` (a temporary file in the target directory,
+//! fsynced, renamed over the target, the directory fsynced): a reader opens either the old
+//! file or the new one, and the rename survives a crash of the node. A target with the same content is left alone, so a
 //! restarted pod does not rewrite it; a new image has a new binary, and the rollout of the
 //! DaemonSet reinstalls it.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Write};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::fs::{self, File};
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
 /// Where the DaemonSet mounts the host's /opt/cni/bin.
@@ -40,40 +38,9 @@ pub fn install(source: &Path, dir: &Path, name: &str) -> io::Result<Installed> {
     if same_content(&target, &content)? {
         return Ok(Installed::UpToDate);
     }
-    // The name is unique per process; a leftover of a killed installer with the same pid is
-    // truncated and reused, and nothing else ever opens it.
-    let temp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
-    let result = write_synced(&temp, &content).and_then(|()| {
-        fs::rename(&temp, &target).map_err(|e| {
-            annotate(
-                e,
-                &format!("cannot rename {} to {}", temp.display(), target.display()),
-            )
-        })
-    });
-    if let Err(e) = result {
-        let _ = fs::remove_file(&temp);
-        return Err(e);
-    }
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| annotate(e, &format!("cannot sync directory {}", dir.display())))?;
+    // Executable whatever the umask: the runtime execs it.
+    crate::atomic_file::write(&target, &content, 0o755)?;
     Ok(Installed::Replaced)
-}
-
-fn write_synced(path: &Path, content: &[u8]) -> io::Result<()> {
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o755)
-        .open(path)
-        .map_err(|e| annotate(e, &format!("cannot create {}", path.display())))?;
-    // The mode given at creation is filtered by the umask; the plugin must be executable.
-    file.set_permissions(fs::Permissions::from_mode(0o755))?;
-    file.write_all(content)?;
-    file.sync_all()
-        .map_err(|e| annotate(e, &format!("cannot sync {}", path.display())))
 }
 
 fn same_content(target: &Path, content: &[u8]) -> io::Result<bool> {
@@ -178,6 +145,7 @@ fn wait_for_termination() {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
 

@@ -6,6 +6,7 @@
 //! prints exactly one JSON document (a result or a CNI error) on stdout.
 
 pub mod add;
+pub mod atomic_file;
 pub mod check;
 pub mod cni;
 pub mod config;

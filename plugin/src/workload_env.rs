@@ -169,20 +169,12 @@ fn run(args: &[String]) -> Result<String, EnvError> {
     }
 }
 
-/// Writes beside `path` and renames, so a reader never sees half a file.
+/// Writes atomically, so a reader never sees half a file.
 fn write_atomically(path: &Path, text: &str) -> Result<(), EnvError> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
-    fs::write(&tmp, text)
-        .and_then(|()| fs::rename(&tmp, path))
-        .map_err(|source| {
-            let _ = fs::remove_file(&tmp);
-            EnvError::Io {
-                what: format!("{} (--output)", path.display()),
-                source,
-            }
-        })
+    crate::atomic_file::write(path, text.as_bytes(), 0o644).map_err(|source| EnvError::Io {
+        what: format!("{} (--output)", path.display()),
+        source,
+    })
 }
 
 /// Finds this netns's roce-ipvlan rails under `<sys>/class/net`, in ifindex order, each
