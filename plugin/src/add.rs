@@ -63,6 +63,7 @@ pub async fn add(env: &Env, conf: &NetConf) -> Result<Value> {
 }
 
 async fn validate<'a>(env: &'a Env, conf: &'a NetConf) -> Result<Ready<'a>> {
+    refuse_prev_result(conf)?;
     let netns_path = env
         .netns
         .as_deref()
@@ -114,6 +115,39 @@ async fn validate<'a>(env: &'a Env, conf: &'a NetConf) -> Result<Ready<'a>> {
         port,
         ipam,
     })
+}
+
+/// roce-ipvlan creates the attachment's interface, so it must be the first plugin of its list
+/// (tuning, sbr and other meta plugins go after it). A `prevResult` on ADD means a plugin ran
+/// before it; its interfaces and addresses would have to be either dropped from the result
+/// (the runtime would lose them silently) or merged into it, and merging is not sound here: the
+/// source rules, the routing table and the GID this plugin reports concern only its own child,
+/// and an `ips[].interface` index of the other plugin would point at the wrong interface. So
+/// ADD refuses it (7). An empty `prevResult` (no interfaces, addresses, routes or DNS) carries
+/// nothing to lose and is accepted.
+fn refuse_prev_result(conf: &NetConf) -> Result<()> {
+    let Some(prev) = &conf.prev_result else {
+        return Ok(());
+    };
+    let non_empty = |key: &str| match prev.get(key) {
+        None | Some(Value::Null) => false,
+        Some(Value::Array(a)) => !a.is_empty(),
+        Some(Value::Object(o)) => !o.is_empty(),
+        Some(_) => true,
+    };
+    let carried: Vec<&str> = ["interfaces", "ips", "routes", "dns"]
+        .into_iter()
+        .filter(|k| non_empty(k))
+        .collect();
+    if carried.is_empty() {
+        return Ok(());
+    }
+    Err(Error::InvalidConfig(format!(
+        "ADD got a \"prevResult\" with {}: another plugin ran before roce-ipvlan in this \
+         network's plugin list. roce-ipvlan creates the interface and must come first; put \
+         other plugins (tuning, sbr, …) after it, or give the other interface its own network",
+        carried.join(", ")
+    )))
 }
 
 /// The RDMA port whose GID table will hold the child's GID: as configured, or the rail's own.

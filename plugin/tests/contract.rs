@@ -578,3 +578,27 @@ fn log_files_outside_the_plugins_directory_are_refused() {
         assert_error(&doc, 7, "/var/log/roce-ipvlan/");
     }
 }
+
+/// Placed after another plugin, roce-ipvlan would drop that plugin's interfaces and addresses
+/// from the result: ADD refuses a non-empty prevResult (it must come first); an empty one is
+/// harmless.
+#[test]
+fn add_after_another_plugin_is_refused() {
+    let mut c = conf();
+    c["prevResult"] = json!({
+        "cniVersion": "1.0.0",
+        "interfaces": [{"name": "eth0", "sandbox": "/run/netns/p"}],
+        "ips": [{"address": "192.168.1.5/24", "interface": 0}]
+    });
+    let (code, doc) = run(&add_env(NEVER_OPENED), &c.to_string());
+    assert_eq!(code, 1);
+    assert_error(&doc, 7, "must come first");
+    assert!(
+        doc["msg"].as_str().unwrap().contains("interfaces, ips"),
+        "{doc}"
+    );
+    // Nothing in it: ADD goes on (and here stops at the namespace that is never opened).
+    c["prevResult"] = json!({"cniVersion": "1.0.0", "interfaces": [], "ips": [], "dns": {}});
+    let (_, doc) = run(&add_env(NEVER_OPENED), &c.to_string());
+    assert_error(&doc, 105, "never-opened");
+}
