@@ -53,29 +53,32 @@ struct PodNetns {
 impl PodNetns {
     fn new() -> PodNetns {
         use std::io::BufRead;
-        let mut child = Command::new("unshare")
-            .args([
-                "--user",
-                "--map-root-user",
-                "--net",
-                "sh",
-                "-c",
-                "echo ready; exec sleep 600",
-            ])
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("unshare (util-linux) runs; the contract tests need it for a pod namespace");
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert_eq!(
-            line.trim(),
-            "ready",
-            "unshare --user --net failed: are unprivileged user namespaces allowed?"
+        // A user namespace first (no privilege needed), plain --net as root where user
+        // namespaces are off (some CI containers).
+        for flags in [&["--user", "--map-root-user", "--net"][..], &["--net"][..]] {
+            let Ok(mut child) = Command::new("unshare")
+                .args(flags)
+                .args(["sh", "-c", "echo ready; exec sleep 600"])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+            else {
+                continue;
+            };
+            let mut line = String::new();
+            let _ = std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line);
+            if line.trim() == "ready" {
+                let path = format!("/proc/{}/ns/net", child.id());
+                return PodNetns { child, path };
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        panic!(
+            "cannot make a network namespace for the test: `unshare --user --net` and \
+             `unshare --net` both failed (util-linux missing, or neither user namespaces nor \
+             CAP_SYS_ADMIN available)"
         );
-        let path = format!("/proc/{}/ns/net", child.id());
-        PodNetns { child, path }
     }
 }
 
