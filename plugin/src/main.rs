@@ -14,7 +14,7 @@ By hand:
   roce-ipvlan validate FILE...                      check NetworkAttachmentDefinitions or configs
   roce-ipvlan install [--to DIR] [--wait]           copy this binary into DIR (default
                                                     /host/opt/cni/bin) atomically (DaemonSet)
-  roce-ipvlan --version                             plugin version and supported CNI versions
+  roce-ipvlan --version                             plugin version, git commit, CNI versions
 ";
 
 fn main() {
@@ -29,8 +29,9 @@ fn main() {
         None => roce_ipvlan::run(),
         Some("--version") | Some("-V") => {
             println!(
-                "roce-ipvlan {} (CNI {})",
+                "roce-ipvlan {} (commit {}, CNI {})",
                 env!("CARGO_PKG_VERSION"),
+                env!("ROCE_IPVLAN_COMMIT"),
                 roce_ipvlan::cni::SUPPORTED_VERSIONS.join(", ")
             );
             0
