@@ -61,6 +61,7 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --locked --all-targets -- -D warnings
 	@for f in $(SHELL_SCRIPTS); do bash -n $$f || exit 1; done
+	tests/check-version.sh
 
 vm-test: build
 	$(MAKE) vm-suite
