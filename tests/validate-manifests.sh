@@ -3,11 +3,17 @@
 #   1. it parses (all documents), each object has apiVersion, kind and metadata.name, and a
 #      kustomization's resources exist;
 #   2. Kubernetes built-in kinds validate against the Kubernetes OpenAPI schemas, strictly
-#      (unknown fields refused), with kubernetes-validate, which ships the schemas;
-#      custom resources (NetworkAttachmentDefinition, NicClusterPolicy, IPPool, ...) have no
-#      bundled schema and are only parsed;
-#   3. every roce-ipvlan configuration (NAD spec.config) passes the plugin's own checks:
-#      `roce-ipvlan validate`.
+#      (unknown fields refused), with kubernetes-validate, which ships the schemas; so do the
+#      pod templates of MPIJobs and PyTorchJobs (checked as PodTemplates);
+#   3. custom resources (NetworkAttachmentDefinition, IPPool, CIDRPool, NicClusterPolicy,
+#      MPIJob) validate against the project's schemas, tests/schemas/custom-resources.yaml
+#      (unknown fields refused at every level the examples use); a custom kind without a
+#      schema there fails;
+#   4. `roce-ipvlan validate --strict` over all files as one set: every roce-ipvlan
+#      configuration passes the plugin's own checks, and every workload's attachments match its
+#      RDMA resources and the NicClusterPolicies' offers; warnings fail;
+#   5. (default file set only) the known-bad manifests in tests/validate-fixtures/ each fail,
+#      with the message their "# expect:" line names: the checks above can fail.
 #
 #   tests/validate-manifests.sh [FILE...]     (default: deploy/ and examples/)
 # Environment: ROCE_IPVLAN_BIN (default target/debug/roce-ipvlan), K8S_VERSION (schemas,
@@ -24,8 +30,10 @@ kv_version=1.37.0
 
 if (($# > 0)); then
 	files=("$@")
+	fixtures=()
 else
 	mapfile -t files < <(find deploy examples -name '*.yaml' -o -name '*.yml' | sort)
+	mapfile -t fixtures < <(find tests/validate-fixtures -name '*.yaml' | sort)
 fi
 ((${#files[@]} > 0)) || { echo "validate-manifests: no YAML files found" >&2; exit 1; }
 [[ -x $bin ]] || { echo "validate-manifests: $bin not found; run 'make build'" >&2; exit 1; }
@@ -37,40 +45,95 @@ if [[ ! -x $venv/bin/kubernetes-validate ]] ||
 	"$venv/bin/pip" install -q --disable-pip-version-check "kubernetes-validate==$kv_version"
 fi
 
-echo "== parse (${#files[@]} files)"
-"$venv/bin/python" - "${files[@]}" <<'PY'
-import os, sys, yaml
-bad = 0
-for path in sys.argv[1:]:
+templates=$(mktemp --suffix=.yaml)
+trap 'rm -f "$templates"' EXIT
+
+echo "== parse, custom resources against tests/schemas/custom-resources.yaml (${#files[@]} files)"
+check_files() { # FILE... : parse + custom-resource schemas; pod templates of jobs to $templates
+	"$venv/bin/python" - "$templates" "$@" <<'PY'
+import os, sys, yaml, jsonschema
+schemas = yaml.safe_load(open("tests/schemas/custom-resources.yaml"))
+builtin = {"v1", "apps/v1", "batch/v1", "policy/v1", "rbac.authorization.k8s.io/v1"}
+templates_out, paths = sys.argv[1], sys.argv[2:]
+templates, bad = [], 0
+for path in paths:
     try:
         with open(path) as f:
             docs = [d for d in yaml.safe_load_all(f) if d is not None]
     except yaml.YAMLError as e:
         print(f"ERROR {path}: not valid YAML: {e}"); bad += 1; continue
     for i, d in enumerate(docs, 1):
+        where = f"{path} document {i}"
         if not isinstance(d, dict):
-            print(f"ERROR {path} document {i}: not a mapping"); bad += 1; continue
+            print(f"ERROR {where}: not a mapping"); bad += 1; continue
         if d.get("kind") == "Kustomization":
-            for r in d.get("resources", []):
-                if not os.path.exists(os.path.join(os.path.dirname(path), r)):
-                    print(f"ERROR {path}: resource {r} does not exist"); bad += 1
+            for key in ("resources", "components"):
+                for r in d.get(key, []):
+                    if not os.path.exists(os.path.join(os.path.dirname(path), r)):
+                        print(f"ERROR {path}: {key[:-1]} {r} does not exist"); bad += 1
+            for p in d.get("patches", []):
+                if "path" in p and not os.path.exists(os.path.join(os.path.dirname(path), p["path"])):
+                    print(f"ERROR {path}: patch {p['path']} does not exist"); bad += 1
             continue
         missing = [k for k in ("apiVersion", "kind") if not d.get(k)]
         if not (d.get("metadata") or {}).get("name"):
             missing.append("metadata.name")
         if missing:
-            print(f"ERROR {path} document {i}: missing {', '.join(missing)}"); bad += 1
+            print(f"ERROR {where}: missing {', '.join(missing)}"); bad += 1; continue
+        key = f"{d['apiVersion']} {d['kind']}"
+        if key in schemas["kinds"]:
+            schema = dict(schemas["kinds"][key], definitions=schemas["definitions"])
+            errors = sorted(jsonschema.Draft7Validator(schema).iter_errors(d), key=lambda e: list(e.path))
+            for e in errors:
+                field = ".".join(str(p) for p in e.path) or "(top)"
+                print(f"ERROR {where} {key}: {field}: {e.message}"); bad += 1
+        elif d["apiVersion"] not in builtin:
+            print(f"ERROR {where}: {key} has no schema in tests/schemas/custom-resources.yaml; add one"); bad += 1
+        replicas = {"MPIJob": "mpiReplicaSpecs", "PyTorchJob": "pytorchReplicaSpecs"}.get(d["kind"])
+        for role, spec in ((d.get("spec") or {}).get(replicas) or {}).items() if replicas else []:
+            templates.append({"apiVersion": "v1", "kind": "PodTemplate",
+                              "metadata": {"name": f"{d['metadata']['name']}-{role.lower()}"},
+                              "template": (spec or {}).get("template") or {}})
     print(f"ok    {path}: {len(docs)} document(s)")
+with open(templates_out, "w") as f:
+    yaml.safe_dump_all(templates, f)
 sys.exit(1 if bad else 0)
 PY
+}
+check_files "${files[@]}"
 
 echo "== Kubernetes $k8s schemas (strict)"
-out=$("$venv/bin/kubernetes-validate" --strict -k "$k8s" "${files[@]}" 2>&1) && rc=0 || rc=$?
-# Custom resources have no bundled schema: kubernetes-validate warns and passes them.
-grep -v "Couldn't find schema for kind" <<<"$out" || true
-((rc == 0)) || { echo "validate-manifests: schema validation failed" >&2; exit 1; }
+check_k8s() { # FILE... and the pod templates check_files found
+	local k8s_files=("$@") out rc
+	[[ ! -s $templates ]] || k8s_files+=("$templates")
+	out=$("$venv/bin/kubernetes-validate" --strict -k "$k8s" "${k8s_files[@]}" 2>&1) && rc=0 || rc=$?
+	# Custom resources have no bundled schema: kubernetes-validate warns and passes them.
+	grep -v "Couldn't find schema for kind" <<<"$out" || true
+	return "$rc"
+}
+check_k8s "${files[@]}" || { echo "validate-manifests: schema validation failed" >&2; exit 1; }
 
-echo "== roce-ipvlan validate"
-"$bin" validate "${files[@]}" | grep -v '^skip ' || true
-"$bin" validate "${files[@]}" >/dev/null || { echo "validate-manifests: roce-ipvlan validate failed" >&2; exit 1; }
+echo "== roce-ipvlan validate --strict"
+"$bin" validate --strict "${files[@]}" | grep -v '^skip ' || true
+"$bin" validate --strict "${files[@]}" >/dev/null || { echo "validate-manifests: roce-ipvlan validate failed" >&2; exit 1; }
+
+if ((${#fixtures[@]} > 0)); then
+	echo "== known-bad manifests (tests/validate-fixtures): each must fail as its '# expect:' says"
+	bad=0
+	for f in "${fixtures[@]}"; do
+		expect=$(sed -n 's/^# expect: //p' "$f")
+		[[ -n $expect ]] || { echo "ERROR $f: no '# expect: <message>' line"; bad=1; continue; }
+		# A fixture is checked together with the files it names on '# with:' lines.
+		mapfile -t with < <(sed -n 's/^# with: //p' "$f")
+		out=$( { check_files "$f" && check_k8s "$f" && "$bin" validate --strict "${with[@]}" "$f"; } 2>&1) && rc=0 || rc=$?
+		if ((rc == 0)); then
+			echo "ERROR $f: passed, but it must fail with: $expect"; bad=1
+		elif ! grep -qF -- "$expect" <<<"$out"; then
+			echo "ERROR $f: failed, but not with: $expect"; echo "$out"; bad=1
+		else
+			echo "ok    $f: fails with: $expect"
+		fi
+	done
+	((bad == 0)) || { echo "validate-manifests: a known-bad manifest was not caught" >&2; exit 1; }
+fi
 echo "validate-manifests: all ${#files[@]} files passed"
