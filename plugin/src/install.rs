@@ -104,15 +104,17 @@ const DEFAULT_INTERVAL_SECS: u64 = 60;
 /// clean-up, another installer) is restored without waiting for the pod to restart.
 pub fn main(args: &[String]) -> i32 {
     let usage = "usage: roce-ipvlan install [--to DIR] [--name NAME] [--from FILE] [--wait \
-                 [--interval SECS]]\n\
+                 [--interval SECS] [--rails LIST]]\n\
                  Copies the plugin into DIR (default /host/opt/cni/bin) atomically; --wait then \
                  stays up until SIGTERM, restoring the binary if it is deleted or changed \
-                 (checked every SECS seconds, default 60, and on SIGHUP).";
+                 (checked every SECS seconds, default 60, and on SIGHUP), and logs the node's \
+                 readiness (`roce-ipvlan ready`) when it changes.";
     let mut dir = PathBuf::from(DEFAULT_DIR);
     let mut name = DEFAULT_NAME.to_string();
     let mut from: Option<PathBuf> = None;
     let mut wait = false;
     let mut interval = std::time::Duration::from_secs(DEFAULT_INTERVAL_SECS);
+    let mut rails: Option<Vec<String>> = None;
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         let mut value = || it.next().cloned();
@@ -130,6 +132,10 @@ pub fn main(args: &[String]) -> i32 {
                 None => return usage_error(usage),
             },
             "--wait" => wait = true,
+            "--rails" => match value() {
+                Some(v) => rails = Some(v.split(',').map(|s| s.trim().to_string()).collect()),
+                None => return usage_error(usage),
+            },
             "--interval" => match value().and_then(|v| v.parse::<u64>().ok()) {
                 Some(secs) if secs > 0 => interval = std::time::Duration::from_secs(secs),
                 _ => return usage_error(usage),
@@ -160,6 +166,18 @@ pub fn main(args: &[String]) -> i32 {
         }
     }
     if wait {
+        // The node's readiness (ready.rs) goes to the log when it changes: the probe's output
+        // reaches only the pod's events.
+        let target = dir.join(&name);
+        let mut last_ready = String::new();
+        let mut log_ready = move || {
+            let (_, text) = crate::ready::report(&crate::ready::gather(rails.as_deref(), &target));
+            if text != last_ready {
+                println!("{text}");
+                last_ready = text;
+            }
+        };
+        log_ready();
         keep_installed(signals, interval, || {
             match install(&source, &dir, &name) {
                 Ok(Installed::Replaced) => println!(
@@ -170,6 +188,7 @@ pub fn main(args: &[String]) -> i32 {
                 // Kept running: the next check may succeed (a remounted or full filesystem).
                 Err(e) => eprintln!("roce-ipvlan install: re-check failed: {e}"),
             }
+            log_ready();
         });
     }
     0

@@ -133,7 +133,16 @@ fn install_wait_restores_a_deleted_or_changed_binary() {
         let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
     });
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut next = || lines.next().expect("a line").expect("utf-8");
+    // The node's readiness lines (`ready`, logged when it changes) are not this test's.
+    let mut next = || loop {
+        let line = lines.next().expect("a line").expect("utf-8");
+        if !(line.starts_with("ready: ")
+            || line.starts_with("not ready: ")
+            || line.starts_with("  "))
+        {
+            return line;
+        }
+    };
     // The first line comes after the installer blocked its signals.
     assert!(next().starts_with("installed "));
     let hup = || nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();
