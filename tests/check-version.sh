@@ -2,7 +2,8 @@
 # One version source: [workspace.package] version in Cargo.toml. Every other place that names
 # the release must agree with it (make lint runs this):
 #   - each image reference ghcr.io/roce-ipvlan/roce-ipvlan:<tag> in deploy/, examples/, docs/,
-#     README.md, and the kustomization's newTag;
+#     charts/, README.md, and the kustomization's newTag;
+#   - the Helm chart's version and appVersion (charts/roce-ipvlan/Chart.yaml);
 #   - CHANGELOG.md has a section for the version (or the version is still Unreleased);
 #   - Cargo.lock records the same version for the roce-ipvlan package.
 # The Makefile derives IMAGE and the image's version label from Cargo.toml itself.
@@ -20,7 +21,7 @@ while IFS=: read -r file line ref; do
 		bad=1
 	fi
 done < <(grep -rnoE 'ghcr\.io/roce-ipvlan/roce-ipvlan:[A-Za-z0-9._-]+' \
-	deploy examples docs README.md || true)
+	deploy examples docs charts README.md || true)
 while IFS=: read -r file line tag; do
 	tag=$(tr -d ' "' <<<"${tag#*newTag}")
 	tag=${tag#:}
@@ -31,6 +32,11 @@ if ! grep -qE "^## \[?$version\]?( |$)" CHANGELOG.md; then
 	echo "check-version: CHANGELOG.md has no '## $version' section" >&2
 	bad=1
 fi
+for key in version appVersion; do
+	chart=$(sed -n "s/^$key: \"\{0,1\}\([^\"]*\)\"\{0,1\}$/\1/p" charts/roce-ipvlan/Chart.yaml)
+	[[ $chart == "$version" ]] ||
+		{ echo "check-version: charts/roce-ipvlan/Chart.yaml: $key $chart, expected $version" >&2; bad=1; }
+done
 lock=$(awk '/^name = "roce-ipvlan"$/ { getline; print }' Cargo.lock)
 [[ $lock == "version = \"$version\"" ]] ||
 	{ echo "check-version: Cargo.lock has roce-ipvlan $lock, expected $version (cargo update -p roce-ipvlan)" >&2; bad=1; }

@@ -13,13 +13,17 @@
 #   4. `roce-ipvlan validate --strict` over all files as one set: every roce-ipvlan
 #      configuration passes the plugin's own checks, and every workload's attachments match its
 #      RDMA resources and the NicClusterPolicies' offers; warnings fail;
-#   5. (default file set only) the known-bad manifests in tests/validate-fixtures/ each fail,
+#   5. (default file set only) the Helm chart charts/roce-ipvlan: `helm lint --strict` and
+#      rendered with its default values and each tests/helm-values/*.yaml, by Helm v4 as a
+#      library (helm-python-sdk, offline); each rendering passes 1-4 as a set of its own;
+#   6. (default file set only) the known-bad manifests in tests/validate-fixtures/ each fail,
 #      with the message their "# expect:" line names: the checks above can fail.
 #
 #   tests/validate-manifests.sh [FILE...]     (default: deploy/ and examples/)
 # Environment: ROCE_IPVLAN_BIN (default target/debug/roce-ipvlan), K8S_VERSION (schemas,
-# default 1.36.0, the version the reference clusters run), VALIDATE_VENV (where kubernetes-validate is installed, created on first use
-# from PyPI; default ~/.cache/roce-ipvlan/validate-venv).
+# default 1.36.0, the version the reference clusters run), VALIDATE_VENV (where
+# kubernetes-validate and helm-python-sdk are installed, created on first use from PyPI;
+# default ~/.cache/roce-ipvlan/validate-venv).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
@@ -28,6 +32,9 @@ k8s=${K8S_VERSION:-1.36.0}
 venv=${VALIDATE_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/roce-ipvlan/validate-venv}
 # Pinned: a new release may bundle other schema versions and change what passes.
 kv_version=1.37.0
+# Helm v4 as a library (libhelm_c over Helm's Go SDK, in the wheel): renders and lints the
+# chart offline, no helm binary.
+helm_sdk_version=0.2.2
 
 if (($# > 0)); then
 	files=("$@")
@@ -44,6 +51,10 @@ if [[ ! -x $venv/bin/kubernetes-validate ]] ||
 	echo "validate-manifests: installing kubernetes-validate $kv_version into $venv"
 	python3 -m venv "$venv"
 	"$venv/bin/pip" install -q --disable-pip-version-check "kubernetes-validate==$kv_version"
+fi
+if [[ $("$venv/bin/python" -c 'import importlib.metadata as m; print(m.version("helm-python-sdk"))' 2>/dev/null) != "$helm_sdk_version" ]]; then
+	echo "validate-manifests: installing helm-python-sdk $helm_sdk_version into $venv"
+	"$venv/bin/pip" install -q --disable-pip-version-check "helm-python-sdk==$helm_sdk_version"
 fi
 
 templates=$(mktemp --suffix=.yaml)
@@ -154,6 +165,37 @@ echo "== roce-ipvlan validate --strict"
 "$bin" validate --strict "${files[@]}" >/dev/null || { echo "validate-manifests: roce-ipvlan validate failed" >&2; exit 1; }
 
 if ((${#fixtures[@]} > 0)); then
+	echo "== Helm chart charts/roce-ipvlan: lint (strict), then each rendering as its own set"
+	rendered=$(mktemp -d)
+	trap 'rm -rf "$templates" "$rendered"' EXIT
+	"$venv/bin/python" - "$rendered" charts/roce-ipvlan tests/helm-values/*.yaml <<'PY'
+import os, sys, yaml, helm_python as helm
+out_dir, chart_dir, value_files = sys.argv[1], sys.argv[2], sys.argv[3:]
+report = helm.lint(chart_dir, strict=True, kube_version="v1.36.0")
+# Severity 1 is info ("icon is recommended"); 2 warning, 3 error.
+problems = [m for m in report["messages"] if m["severity"] >= 2] + report["errors"]
+for m in problems:
+    print(f"ERROR helm lint: {m}")
+chart = helm.Chart.load(chart_dir)
+for vf in [None] + value_files:
+    name = os.path.basename(vf)[:-5] if vf else "defaults"
+    values = yaml.safe_load(open(vf)) if vf else None
+    manifests = chart.render(values, name="roce-ipvlan", namespace="roce-ipvlan", is_install=True)
+    docs = [d for t, text in sorted(manifests.items()) if t.endswith(".yaml")
+            for d in yaml.safe_load_all(text) if d]
+    with open(os.path.join(out_dir, f"{name}.yaml"), "w") as f:
+        yaml.safe_dump_all(docs, f)
+    print(f"ok    rendered with {vf or 'the default values'}: "
+          + ", ".join(f"{d['kind']} {d['metadata']['name']}" for d in docs))
+sys.exit(1 if problems else 0)
+PY
+	for r in "$rendered"/*.yaml; do
+		echo "-- $(basename "$r" .yaml)"
+		{ check_files "$r" && check_k8s "$r" && "$bin" validate --strict "$r"; } | grep -v '^skip \|^ok    \|^INFO' || true
+		{ check_files "$r" && check_k8s "$r" && "$bin" validate --strict "$r"; } >/dev/null 2>&1 ||
+			{ echo "validate-manifests: the chart rendered with $(basename "$r") fails the checks above" >&2; exit 1; }
+	done
+
 	echo "== known-bad manifests (tests/validate-fixtures): each must fail as its '# expect:' says"
 	bad=0
 	for f in "${fixtures[@]}"; do
