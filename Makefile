@@ -101,7 +101,7 @@ image: deps static
 		-t $(IMAGE) $(IMAGE_CONTEXT)
 
 image-test: image
-	IMAGE_BUILDER=$(IMAGE_BUILDER) tests/image-test.sh $(IMAGE) $(STATIC_BIN)
+	IMAGE_BUILDER=$(IMAGE_BUILDER) IMAGE_PLATFORM=$(IMAGE_PLATFORM) tests/image-test.sh $(IMAGE) $(STATIC_BIN)
 
 vm-shell:
 	tests/vm/run.sh --interactive bash -l

@@ -10,11 +10,16 @@
 # needs a runtime that can set rlimits, which unprivileged CI sandboxes may refuse (crun:
 # "setrlimit RLIMIT_NOFILE: Operation not permitted"), and the installer needs none of it.
 #
-#   tests/image-test.sh IMAGE BINARY      (IMAGE_BUILDER: podman (default) or docker)
+#   tests/image-test.sh IMAGE BINARY
+# Environment: IMAGE_BUILDER (podman, the default, or docker); IMAGE_PLATFORM (the image's
+# expected os/arch, default linux/amd64); IMAGE_TEST_RUNNER (a command that runs the image's
+# binary, for an image of another architecture, e.g. qemu-aarch64-static).
 set -euo pipefail
 image=${1:?usage: tests/image-test.sh IMAGE BINARY}
 binary=${2:?usage: tests/image-test.sh IMAGE BINARY}
 builder=${IMAGE_BUILDER:-podman}
+platform=${IMAGE_PLATFORM:-linux/amd64}
+read -r -a runner <<<"${IMAGE_TEST_RUNNER:-}"
 repo=$(cd "$(dirname "$0")/.." && pwd)
 version=$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' "$repo/Cargo.toml")
 revision=$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)
@@ -38,6 +43,7 @@ echo "== image $image: metadata"
 inspect() { "$builder" image inspect --format "$1" "$image"; }
 expect_eq entrypoint '[/roce-ipvlan]' "$(inspect '{{.Config.Entrypoint}}')"
 expect_eq cmd '[install --to /host/opt/cni/bin --wait]' "$(inspect '{{.Config.Cmd}}')"
+expect_eq platform "$platform" "$(inspect '{{.Os}}/{{.Architecture}}')"
 for label in version:"$version" revision:"$revision" licenses:Apache-2.0 \
 	source:https://github.com/roce-ipvlan/roce-ipvlan; do
 	key=org.opencontainers.image.${label%%:*}
@@ -56,14 +62,14 @@ else
 	fail "/roce-ipvlan differs from $binary: the image is stale or was built from another binary"
 fi
 expect_eq "--version" "roce-ipvlan $version (commit $revision" \
-	"$("$work/rootfs/roce-ipvlan" --version | grep -o '^roce-ipvlan [^ ]* (commit [^,)]*')"
+	"$("${runner[@]}" "$work/rootfs/roce-ipvlan" --version | grep -o '^roce-ipvlan [^ ]* (commit [^,)]*')"
 
 echo "== the image's installer into a temporary host directory"
 host=$work/host/opt/cni/bin
 mkdir -p "$host"
 printf 'old plugin\n' >"$host/roce-ipvlan"
 ln "$host/roce-ipvlan" "$work/old-link"
-out=$("$work/rootfs/roce-ipvlan" install --to "$host" 2>&1) || fail "install failed: $out"
+out=$("${runner[@]}" "$work/rootfs/roce-ipvlan" install --to "$host" 2>&1) || fail "install failed: $out"
 expect_eq "install says" "installed $host/roce-ipvlan" "$out"
 if cmp -s "$binary" "$host/roce-ipvlan"; then pass "the new binary is in place"; else
 	fail "$host/roce-ipvlan is not the image's binary"; fi
@@ -72,9 +78,9 @@ expect_eq "the old file, through its hard link (replaced by rename, not rewritte
 expect_eq mode 755 "$(stat -c %a "$host/roce-ipvlan")"
 expect_eq "files in the host directory" 'roce-ipvlan ' "$(cd "$host" && find . -mindepth 1 -printf '%P ')"
 expect_eq "CNI VERSION" '{"cniVersion":"1.1.0","supportedVersions":["0.4.0","1.0.0","1.1.0"]}' \
-	"$(env -i CNI_COMMAND=VERSION "$host/roce-ipvlan" </dev/null)"
+	"$(env -i CNI_COMMAND=VERSION "${runner[@]}" "$host/roce-ipvlan" </dev/null)"
 inode=$(stat -c %i "$host/roce-ipvlan")
-out=$("$work/rootfs/roce-ipvlan" install --to "$host" 2>&1) || fail "second install failed: $out"
+out=$("${runner[@]}" "$work/rootfs/roce-ipvlan" install --to "$host" 2>&1) || fail "second install failed: $out"
 expect_eq "second install says" "$host/roce-ipvlan is up to date" "$out"
 expect_eq "inode after the second install (not rewritten)" "$inode" "$(stat -c %i "$host/roce-ipvlan")"
 
