@@ -9,8 +9,12 @@
 #                  every NAD's config through `roce-ipvlan validate` (tests/validate-manifests.sh)
 #   make vm-traffic  pod-to-pod traffic between two emulated nodes, RoCE v2 with ib_write_bw,
 #                  in a VM booting trixie-backports' 7.x kernel (docs/traffic.md)
-#   make test      lint + unit + validate-manifests + vm-test + vm-traffic (what CI runs)
-#   make image     container image of deploy/Containerfile (needs podman, or docker with an engine)
+#   make test      lint + unit + validate-manifests + image-test + vm-test + vm-traffic (what CI runs)
+#   make image     static release binary built on the host, in a FROM scratch image of
+#                  deploy/Containerfile (podman; offline, no registry); IMAGE_ARCH=aarch64 for
+#                  arm64 nodes needs a cross toolchain (docs/deploy.md#other-architectures)
+#   make image-test  make image, then the installer from the exported image into a temporary
+#                  host directory: lands atomically, executable, answers VERSION (tests/image-test.sh)
 #   make vm-shell  interactive shell in the VM, rails and rxe devices set up
 #   make demo      attach a pod to 4 Soft-RoCE rails, show result and GIDs, detach
 #   make demo-traffic  one ib_write_bw between pods on two emulated nodes over a rail
@@ -29,11 +33,23 @@ export ROCE_IPVLAN_BIN
 
 PACKAGES := $(shell grep -v '^\#' tests/vm/packages.txt)
 SHELL_SCRIPTS := $(wildcard tests/*.sh tests/vm/*.sh tests/vm/suite/*.sh tests/cnidriver/*.sh) tests/vm/init .ci/run
-IMAGE ?= ghcr.io/roce-ipvlan/roce-ipvlan:$(shell sed -n 's/^version = "\(.*\)"/\1/p' plugin/Cargo.toml)
+# The one version source is [workspace.package] version in Cargo.toml; tests/check-version.sh
+# (make lint) checks every other place that names it.
+VERSION := $(shell sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)
+REVISION := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+IMAGE_REPO ?= ghcr.io/roce-ipvlan/roce-ipvlan
+IMAGE ?= $(IMAGE_REPO):$(VERSION)
 # podman if present, else docker (the docker client alone is not enough: it needs an engine).
 IMAGE_BUILDER ?= $(shell command -v podman >/dev/null 2>&1 && echo podman || echo docker)
+# The image's architecture: the host's by default. aarch64 from an x86_64 host needs the Rust
+# target and a cross linker (docs/deploy.md#other-architectures).
+IMAGE_ARCH ?= $(shell uname -m)
+IMAGE_PLATFORM = linux/$(if $(filter aarch64 arm64,$(IMAGE_ARCH)),arm64,amd64)
+RUST_TARGET = $(if $(filter arm64,$(IMAGE_ARCH)),aarch64,$(IMAGE_ARCH))-unknown-linux-gnu
+STATIC_BIN = target/$(RUST_TARGET)/release/roce-ipvlan
+IMAGE_CONTEXT = target/image/$(RUST_TARGET)
 
-.PHONY: build unit lint vm-test vm-suite test vm-shell demo deps validate-manifests image vm-traffic demo-traffic fuzz
+.PHONY: build unit lint vm-test vm-suite test vm-shell demo deps validate-manifests static image image-test vm-traffic demo-traffic fuzz
 
 build:
 	$(CARGO) build --locked -p roce-ipvlan
@@ -45,6 +61,7 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --locked --all-targets -- -D warnings
 	@for f in $(SHELL_SCRIPTS); do bash -n $$f || exit 1; done
+	tests/check-version.sh
 
 vm-test: build
 	$(MAKE) vm-suite
@@ -60,14 +77,31 @@ test:
 	$(MAKE) lint
 	$(MAKE) unit
 	$(MAKE) validate-manifests
+	$(MAKE) image-test
 	$(MAKE) vm-test
 	$(MAKE) vm-traffic
 
 validate-manifests: build
 	tests/validate-manifests.sh
 
-image:
-	$(IMAGE_BUILDER) build -f deploy/Containerfile -t $(IMAGE) .
+# glibc with crt-static gives a static-pie binary with the installed toolchain (musl would need
+# a Rust target and musl-tools); the plugin resolves no names, so glibc's NSS caveat for static
+# binaries does not apply. The image holds this binary and nothing else.
+static:
+	RUSTFLAGS='-C target-feature=+crt-static' $(CARGO) build --locked --release --target $(RUST_TARGET) -p roce-ipvlan
+	@if readelf -lW $(STATIC_BIN) | grep -q 'INTERP\|Requesting program interpreter'; then \
+		echo "static: $(STATIC_BIN) is dynamically linked" >&2; exit 1; fi
+	@echo "static: $(STATIC_BIN) is static, $$(stat -c %s $(STATIC_BIN)) bytes"
+
+image: deps static
+	rm -rf $(IMAGE_CONTEXT) && mkdir -p $(IMAGE_CONTEXT)
+	cp $(STATIC_BIN) $(IMAGE_CONTEXT)/roce-ipvlan
+	$(IMAGE_BUILDER) build --platform $(IMAGE_PLATFORM) -f deploy/Containerfile \
+		--build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) \
+		-t $(IMAGE) $(IMAGE_CONTEXT)
+
+image-test: image
+	IMAGE_BUILDER=$(IMAGE_BUILDER) IMAGE_PLATFORM=$(IMAGE_PLATFORM) tests/image-test.sh $(IMAGE) $(STATIC_BIN)
 
 vm-shell:
 	tests/vm/run.sh --interactive bash -l

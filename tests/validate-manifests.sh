@@ -3,16 +3,27 @@
 #   1. it parses (all documents), each object has apiVersion, kind and metadata.name, and a
 #      kustomization's resources exist;
 #   2. Kubernetes built-in kinds validate against the Kubernetes OpenAPI schemas, strictly
-#      (unknown fields refused), with kubernetes-validate, which ships the schemas;
-#      custom resources (NetworkAttachmentDefinition, NicClusterPolicy, IPPool, ...) have no
-#      bundled schema and are only parsed;
-#   3. every roce-ipvlan configuration (NAD spec.config) passes the plugin's own checks:
-#      `roce-ipvlan validate`.
+#      (unknown fields refused), with kubernetes-validate, which ships the schemas; so do the
+#      pod templates of MPIJobs and PyTorchJobs (checked as PodTemplates) and what each
+#      kustomization builds (deploy/, deploy/openshift/: its patches must apply);
+#   3. custom resources (NetworkAttachmentDefinition, IPPool, CIDRPool, NicClusterPolicy,
+#      MPIJob) validate against the project's schemas, tests/schemas/custom-resources.yaml
+#      (unknown fields refused at every level the examples use); a custom kind without a
+#      schema there fails;
+#   4. `roce-ipvlan validate --strict` over all files as one set: every roce-ipvlan
+#      configuration passes the plugin's own checks, and every workload's attachments match its
+#      RDMA resources and the NicClusterPolicies' offers; warnings fail;
+#   5. (default file set only) the Helm chart charts/roce-ipvlan: `helm lint --strict` and
+#      rendered with its default values and each tests/helm-values/*.yaml, by Helm v4 as a
+#      library (helm-python-sdk, offline); each rendering passes 1-4 as a set of its own;
+#   6. (default file set only) the known-bad manifests in tests/validate-fixtures/ each fail,
+#      with the message their "# expect:" line names: the checks above can fail.
 #
 #   tests/validate-manifests.sh [FILE...]     (default: deploy/ and examples/)
 # Environment: ROCE_IPVLAN_BIN (default target/debug/roce-ipvlan), K8S_VERSION (schemas,
-# default 1.36.0, the version the reference clusters run), VALIDATE_VENV (where kubernetes-validate is installed, created on first use
-# from PyPI; default ~/.cache/roce-ipvlan/validate-venv).
+# default 1.36.0, the version the reference clusters run), VALIDATE_VENV (where
+# kubernetes-validate and helm-python-sdk are installed, created on first use from PyPI;
+# default ~/.cache/roce-ipvlan/validate-venv).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
@@ -21,11 +32,16 @@ k8s=${K8S_VERSION:-1.36.0}
 venv=${VALIDATE_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/roce-ipvlan/validate-venv}
 # Pinned: a new release may bundle other schema versions and change what passes.
 kv_version=1.37.0
+# Helm v4 as a library (libhelm_c over Helm's Go SDK, in the wheel): renders and lints the
+# chart offline, no helm binary.
+helm_sdk_version=0.2.2
 
 if (($# > 0)); then
 	files=("$@")
+	fixtures=()
 else
 	mapfile -t files < <(find deploy examples -name '*.yaml' -o -name '*.yml' | sort)
+	mapfile -t fixtures < <(find tests/validate-fixtures -name '*.yaml' | sort)
 fi
 ((${#files[@]} > 0)) || { echo "validate-manifests: no YAML files found" >&2; exit 1; }
 [[ -x $bin ]] || { echo "validate-manifests: $bin not found; run 'make build'" >&2; exit 1; }
@@ -36,41 +52,166 @@ if [[ ! -x $venv/bin/kubernetes-validate ]] ||
 	python3 -m venv "$venv"
 	"$venv/bin/pip" install -q --disable-pip-version-check "kubernetes-validate==$kv_version"
 fi
+if [[ $("$venv/bin/python" -c 'import importlib.metadata as m; print(m.version("helm-python-sdk"))' 2>/dev/null) != "$helm_sdk_version" ]]; then
+	echo "validate-manifests: installing helm-python-sdk $helm_sdk_version into $venv"
+	"$venv/bin/pip" install -q --disable-pip-version-check "helm-python-sdk==$helm_sdk_version"
+fi
 
-echo "== parse (${#files[@]} files)"
-"$venv/bin/python" - "${files[@]}" <<'PY'
-import os, sys, yaml
-bad = 0
-for path in sys.argv[1:]:
+templates=$(mktemp --suffix=.yaml)
+trap 'rm -f "$templates"' EXIT
+
+echo "== parse, custom resources against tests/schemas/custom-resources.yaml (${#files[@]} files)"
+check_files() { # FILE... : parse + custom-resource schemas; pod templates of jobs to $templates
+	"$venv/bin/python" - "$templates" "$@" <<'PY'
+import os, sys, yaml, jsonschema
+schemas = yaml.safe_load(open("tests/schemas/custom-resources.yaml"))
+builtin = {"v1", "apps/v1", "batch/v1", "policy/v1", "rbac.authorization.k8s.io/v1"}
+templates_out, paths = sys.argv[1], sys.argv[2:]
+templates, bad = [], 0
+
+def render(kdir):
+    """What kustomize builds from kdir, for the features deploy/ uses (resources, namespace,
+    images' newTag, inline JSON 6902 patches with add/replace); no kustomize that reads these
+    files is packaged for Debian bookworm. Raises on a patch path that does not exist."""
+    k = yaml.safe_load(open(os.path.join(kdir, "kustomization.yaml")))
+    docs = []
+    for r in k.get("resources", []):
+        path = os.path.join(kdir, r)
+        docs += render(path) if os.path.isdir(path) else [d for d in yaml.safe_load_all(open(path)) if d]
+    for d in docs:
+        if k.get("namespace") and d["kind"] != "Namespace":
+            d["metadata"]["namespace"] = k["namespace"]
+        for c in (d.get("spec", {}).get("template", {}).get("spec", {}).get("containers", [])):
+            for img in k.get("images", []):
+                if c["image"].split(":")[0] == img["name"] and "newTag" in img:
+                    c["image"] = f"{img['name']}:{img['newTag']}"
+    for p in k.get("patches", []):
+        t = p["target"]
+        for d in (d for d in docs if d["kind"] == t["kind"] and d["metadata"]["name"] == t["name"]):
+            for op in yaml.safe_load(p["patch"]):
+                *parents, last = op["path"].strip("/").split("/")
+                node = d
+                for key in parents:
+                    node = node[int(key)] if isinstance(node, list) else node[key]
+                if isinstance(node, list):
+                    last = int(last)
+                    if op["op"] == "replace":
+                        node[last]  # raises IndexError: kustomize would fail too
+                elif op["op"] == "replace" and last not in node:
+                    raise KeyError(f"{op['path']}: nothing to replace")
+                node[last] = op["value"]
+    return docs
+for path in paths:
     try:
         with open(path) as f:
             docs = [d for d in yaml.safe_load_all(f) if d is not None]
     except yaml.YAMLError as e:
         print(f"ERROR {path}: not valid YAML: {e}"); bad += 1; continue
     for i, d in enumerate(docs, 1):
+        where = f"{path} document {i}"
         if not isinstance(d, dict):
-            print(f"ERROR {path} document {i}: not a mapping"); bad += 1; continue
+            print(f"ERROR {where}: not a mapping"); bad += 1; continue
         if d.get("kind") == "Kustomization":
-            for r in d.get("resources", []):
-                if not os.path.exists(os.path.join(os.path.dirname(path), r)):
-                    print(f"ERROR {path}: resource {r} does not exist"); bad += 1
+            for key in ("resources", "components"):
+                for r in d.get(key, []):
+                    if not os.path.exists(os.path.join(os.path.dirname(path), r)):
+                        print(f"ERROR {path}: {key[:-1]} {r} does not exist"); bad += 1
+            try:
+                # Rendered, then checked as Kubernetes objects with the rest.
+                templates += render(os.path.dirname(path) or ".")
+            except (KeyError, IndexError, TypeError, OSError) as e:
+                print(f"ERROR {path}: cannot build: {e}"); bad += 1
             continue
         missing = [k for k in ("apiVersion", "kind") if not d.get(k)]
         if not (d.get("metadata") or {}).get("name"):
             missing.append("metadata.name")
         if missing:
-            print(f"ERROR {path} document {i}: missing {', '.join(missing)}"); bad += 1
+            print(f"ERROR {where}: missing {', '.join(missing)}"); bad += 1; continue
+        key = f"{d['apiVersion']} {d['kind']}"
+        if key in schemas["kinds"]:
+            schema = dict(schemas["kinds"][key], definitions=schemas["definitions"])
+            errors = sorted(jsonschema.Draft7Validator(schema).iter_errors(d), key=lambda e: list(e.path))
+            for e in errors:
+                field = ".".join(str(p) for p in e.path) or "(top)"
+                print(f"ERROR {where} {key}: {field}: {e.message}"); bad += 1
+        elif d["apiVersion"] not in builtin:
+            print(f"ERROR {where}: {key} has no schema in tests/schemas/custom-resources.yaml; add one"); bad += 1
+        replicas = {"MPIJob": "mpiReplicaSpecs", "PyTorchJob": "pytorchReplicaSpecs"}.get(d["kind"])
+        for role, spec in ((d.get("spec") or {}).get(replicas) or {}).items() if replicas else []:
+            templates.append({"apiVersion": "v1", "kind": "PodTemplate",
+                              "metadata": {"name": f"{d['metadata']['name']}-{role.lower()}"},
+                              "template": (spec or {}).get("template") or {}})
     print(f"ok    {path}: {len(docs)} document(s)")
+with open(templates_out, "w") as f:
+    yaml.safe_dump_all(templates, f)
 sys.exit(1 if bad else 0)
 PY
+}
+check_files "${files[@]}"
 
 echo "== Kubernetes $k8s schemas (strict)"
-out=$("$venv/bin/kubernetes-validate" --strict -k "$k8s" "${files[@]}" 2>&1) && rc=0 || rc=$?
-# Custom resources have no bundled schema: kubernetes-validate warns and passes them.
-grep -v "Couldn't find schema for kind" <<<"$out" || true
-((rc == 0)) || { echo "validate-manifests: schema validation failed" >&2; exit 1; }
+check_k8s() { # FILE... and the pod templates check_files found
+	local k8s_files=("$@") out rc
+	[[ ! -s $templates ]] || k8s_files+=("$templates")
+	out=$("$venv/bin/kubernetes-validate" --strict -k "$k8s" "${k8s_files[@]}" 2>&1) && rc=0 || rc=$?
+	# Custom resources have no bundled schema: kubernetes-validate warns and passes them.
+	grep -v "Couldn't find schema for kind" <<<"$out" || true
+	return "$rc"
+}
+check_k8s "${files[@]}" || { echo "validate-manifests: schema validation failed" >&2; exit 1; }
 
-echo "== roce-ipvlan validate"
-"$bin" validate "${files[@]}" | grep -v '^skip ' || true
-"$bin" validate "${files[@]}" >/dev/null || { echo "validate-manifests: roce-ipvlan validate failed" >&2; exit 1; }
+echo "== roce-ipvlan validate --strict"
+"$bin" validate --strict "${files[@]}" | grep -v '^skip ' || true
+"$bin" validate --strict "${files[@]}" >/dev/null || { echo "validate-manifests: roce-ipvlan validate failed" >&2; exit 1; }
+
+if ((${#fixtures[@]} > 0)); then
+	echo "== Helm chart charts/roce-ipvlan: lint (strict), then each rendering as its own set"
+	rendered=$(mktemp -d)
+	trap 'rm -rf "$templates" "$rendered"' EXIT
+	"$venv/bin/python" - "$rendered" charts/roce-ipvlan tests/helm-values/*.yaml <<'PY'
+import os, sys, yaml, helm_python as helm
+out_dir, chart_dir, value_files = sys.argv[1], sys.argv[2], sys.argv[3:]
+report = helm.lint(chart_dir, strict=True, kube_version="v1.36.0")
+# Severity 1 is info ("icon is recommended"); 2 warning, 3 error.
+problems = [m for m in report["messages"] if m["severity"] >= 2] + report["errors"]
+for m in problems:
+    print(f"ERROR helm lint: {m}")
+chart = helm.Chart.load(chart_dir)
+for vf in [None] + value_files:
+    name = os.path.basename(vf)[:-5] if vf else "defaults"
+    values = yaml.safe_load(open(vf)) if vf else None
+    manifests = chart.render(values, name="roce-ipvlan", namespace="roce-ipvlan", is_install=True)
+    docs = [d for t, text in sorted(manifests.items()) if t.endswith(".yaml")
+            for d in yaml.safe_load_all(text) if d]
+    with open(os.path.join(out_dir, f"{name}.yaml"), "w") as f:
+        yaml.safe_dump_all(docs, f)
+    print(f"ok    rendered with {vf or 'the default values'}: "
+          + ", ".join(f"{d['kind']} {d['metadata']['name']}" for d in docs))
+sys.exit(1 if problems else 0)
+PY
+	for r in "$rendered"/*.yaml; do
+		echo "-- $(basename "$r" .yaml)"
+		{ check_files "$r" && check_k8s "$r" && "$bin" validate --strict "$r"; } | grep -v '^skip \|^ok    \|^INFO' || true
+		{ check_files "$r" && check_k8s "$r" && "$bin" validate --strict "$r"; } >/dev/null 2>&1 ||
+			{ echo "validate-manifests: the chart rendered with $(basename "$r") fails the checks above" >&2; exit 1; }
+	done
+
+	echo "== known-bad manifests (tests/validate-fixtures): each must fail as its '# expect:' says"
+	bad=0
+	for f in "${fixtures[@]}"; do
+		expect=$(sed -n 's/^# expect: //p' "$f")
+		[[ -n $expect ]] || { echo "ERROR $f: no '# expect: <message>' line"; bad=1; continue; }
+		# A fixture is checked together with the files it names on '# with:' lines.
+		mapfile -t with < <(sed -n 's/^# with: //p' "$f")
+		out=$( { check_files "$f" && check_k8s "$f" && "$bin" validate --strict "${with[@]}" "$f"; } 2>&1) && rc=0 || rc=$?
+		if ((rc == 0)); then
+			echo "ERROR $f: passed, but it must fail with: $expect"; bad=1
+		elif ! grep -qF -- "$expect" <<<"$out"; then
+			echo "ERROR $f: failed, but not with: $expect"; echo "$out"; bad=1
+		else
+			echo "ok    $f: fails with: $expect"
+		fi
+	done
+	((bad == 0)) || { echo "validate-manifests: a known-bad manifest was not caught" >&2; exit 1; }
+fi
 echo "validate-manifests: all ${#files[@]} files passed"

@@ -61,17 +61,27 @@ fn annotate(e: io::Error, what: &str) -> io::Error {
     io::Error::new(e.kind(), format!("{what}: {e}"))
 }
 
-/// `roce-ipvlan install [--to DIR] [--name NAME] [--from FILE] [--wait]`; returns the exit
-/// status. With `--wait` it then sleeps until SIGTERM/SIGINT (the DaemonSet's container stays
-/// up, so that a new image is installed by the next rollout).
+/// How often `--wait` checks the installed binary by default.
+const DEFAULT_INTERVAL_SECS: u64 = 60;
+
+/// `roce-ipvlan install [--to DIR] [--name NAME] [--from FILE] [--wait [--interval SECS]]`;
+/// returns the exit status. With `--wait` it stays up until SIGTERM/SIGINT (the DaemonSet's
+/// container; a new image is installed by the next rollout) and checks the installed binary
+/// every `--interval` seconds and on SIGHUP: a binary deleted or changed on the host (a node
+/// clean-up, another installer) is restored without waiting for the pod to restart.
 pub fn main(args: &[String]) -> i32 {
-    let usage = "usage: roce-ipvlan install [--to DIR] [--name NAME] [--from FILE] [--wait]\n\
+    let usage = "usage: roce-ipvlan install [--to DIR] [--name NAME] [--from FILE] [--wait \
+                 [--interval SECS] [--rails LIST]]\n\
                  Copies the plugin into DIR (default /host/opt/cni/bin) atomically; --wait then \
-                 stays idle until SIGTERM.";
+                 stays up until SIGTERM, restoring the binary if it is deleted or changed \
+                 (checked every SECS seconds, default 60, and on SIGHUP), and logs the node's \
+                 readiness (`roce-ipvlan ready`) when it changes.";
     let mut dir = PathBuf::from(DEFAULT_DIR);
     let mut name = DEFAULT_NAME.to_string();
     let mut from: Option<PathBuf> = None;
     let mut wait = false;
+    let mut interval = std::time::Duration::from_secs(DEFAULT_INTERVAL_SECS);
+    let mut rails: Option<Vec<String>> = None;
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         let mut value = || it.next().cloned();
@@ -89,6 +99,14 @@ pub fn main(args: &[String]) -> i32 {
                 None => return usage_error(usage),
             },
             "--wait" => wait = true,
+            "--rails" => match value() {
+                Some(v) => rails = Some(v.split(',').map(|s| s.trim().to_string()).collect()),
+                None => return usage_error(usage),
+            },
+            "--interval" => match value().and_then(|v| v.parse::<u64>().ok()) {
+                Some(secs) if secs > 0 => interval = std::time::Duration::from_secs(secs),
+                _ => return usage_error(usage),
+            },
             "-h" | "--help" => {
                 println!("{usage}");
                 return 0;
@@ -103,6 +121,9 @@ pub fn main(args: &[String]) -> i32 {
             return 1;
         }
     };
+    // Signals are blocked before anything is printed, so that whoever reads the first line
+    // may signal the process (SIGHUP would otherwise kill it).
+    let signals = if wait { block_signals() } else { None };
     match install(&source, &dir, &name) {
         Ok(Installed::Replaced) => println!("installed {}", dir.join(&name).display()),
         Ok(Installed::UpToDate) => println!("{} is up to date", dir.join(&name).display()),
@@ -112,34 +133,98 @@ pub fn main(args: &[String]) -> i32 {
         }
     }
     if wait {
-        wait_for_termination();
+        // The node's readiness (ready.rs) goes to the log when it changes: the probe's output
+        // reaches only the pod's events.
+        let target = dir.join(&name);
+        let mut last_ready = String::new();
+        let mut log_ready = move || {
+            let (_, text) = crate::ready::report(&crate::ready::gather(rails.as_deref(), &target));
+            if text != last_ready {
+                println!("{text}");
+                last_ready = text;
+            }
+        };
+        log_ready();
+        keep_installed(signals, interval, || {
+            match install(&source, &dir, &name) {
+                Ok(Installed::Replaced) => println!(
+                    "restored {}: it was missing or changed",
+                    dir.join(&name).display()
+                ),
+                Ok(Installed::UpToDate) => {}
+                // Kept running: the next check may succeed (a remounted or full filesystem).
+                Err(e) => eprintln!("roce-ipvlan install: re-check failed: {e}"),
+            }
+            log_ready();
+        });
     }
     0
+}
+
+fn block_signals() -> Option<nix::sys::signal::SigSet> {
+    use nix::sys::signal::{SigSet, Signal};
+    let mut set = SigSet::empty();
+    for sig in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+        set.add(sig);
+    }
+    match set.thread_block() {
+        Ok(()) => Some(set),
+        Err(e) => {
+            eprintln!("roce-ipvlan install: cannot block signals ({e}); running without them");
+            None
+        }
+    }
+}
+
+/// Runs `check` every `interval` and on SIGHUP until SIGTERM or SIGINT. As PID 1 of a
+/// container the process has no default action for these signals (the kernel ignores them for
+/// PID 1), so it must wait for them itself or every pod deletion would wait out the grace
+/// period. A thread sigwait()s (the signals are blocked in every thread: the mask is
+/// inherited) and hands each one to this loop, which waits on it with a timeout.
+fn keep_installed(
+    signals: Option<nix::sys::signal::SigSet>,
+    interval: std::time::Duration,
+    mut check: impl FnMut(),
+) {
+    use nix::sys::signal::Signal;
+    use std::sync::mpsc;
+    let (tx, rx) = mpsc::channel();
+    if let Some(set) = signals {
+        std::thread::spawn(move || loop {
+            match set.wait() {
+                Ok(sig) if tx.send(sig).is_ok() => {}
+                Ok(_) => return,
+                Err(e) => {
+                    eprintln!("roce-ipvlan install: waiting for signals failed: {e}");
+                    return;
+                }
+            }
+        });
+    } else {
+        // Without signals the loop only re-checks; keep the sender so that it never ends.
+        std::mem::forget(tx);
+    }
+    loop {
+        match rx.recv_timeout(interval) {
+            Ok(Signal::SIGHUP) | Err(mpsc::RecvTimeoutError::Timeout) => check(),
+            Ok(sig) => {
+                println!("{sig}: exiting");
+                return;
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                // The signal thread failed: keep the plugin installed until the pod is killed.
+                loop {
+                    std::thread::sleep(interval);
+                    check();
+                }
+            }
+        }
+    }
 }
 
 fn usage_error(usage: &str) -> i32 {
     eprintln!("{usage}");
     2
-}
-
-/// Blocks until SIGTERM or SIGINT. As PID 1 of a container the process has no default action
-/// for these signals (the kernel ignores them for PID 1), so it must wait for them itself or
-/// every pod deletion would wait out the grace period.
-fn wait_for_termination() {
-    use nix::sys::signal::{SigSet, Signal};
-    let mut set = SigSet::empty();
-    set.add(Signal::SIGTERM);
-    set.add(Signal::SIGINT);
-    if let Err(e) = set.thread_block() {
-        eprintln!("roce-ipvlan install: cannot block signals ({e}); idling without them");
-        loop {
-            std::thread::park();
-        }
-    }
-    match set.wait() {
-        Ok(sig) => println!("{sig}: exiting"),
-        Err(e) => eprintln!("roce-ipvlan install: waiting for signals failed: {e}"),
-    }
 }
 
 #[cfg(test)]

@@ -22,6 +22,7 @@ pub mod netlink;
 pub mod netns;
 pub mod rail;
 pub mod rdma;
+pub mod ready;
 pub mod routing;
 pub mod slaac;
 pub mod status;

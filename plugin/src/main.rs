@@ -14,7 +14,9 @@ By hand:
   roce-ipvlan validate FILE...                      check NetworkAttachmentDefinitions or configs
   roce-ipvlan install [--to DIR] [--wait]           copy this binary into DIR (default
                                                     /host/opt/cni/bin) atomically (DaemonSet)
-  roce-ipvlan --version                             plugin version and supported CNI versions
+  roce-ipvlan ready [--to DIR] [--rails LIST]       can this node serve attachments (rails up,
+                                                    ports ACTIVE, plugin installed); read-only
+  roce-ipvlan --version                             plugin version, git commit, CNI versions
 ";
 
 fn main() {
@@ -29,8 +31,9 @@ fn main() {
         None => roce_ipvlan::run(),
         Some("--version") | Some("-V") => {
             println!(
-                "roce-ipvlan {} (CNI {})",
+                "roce-ipvlan {} (commit {}, CNI {})",
                 env!("CARGO_PKG_VERSION"),
+                env!("ROCE_IPVLAN_COMMIT"),
                 roce_ipvlan::cni::SUPPORTED_VERSIONS.join(", ")
             );
             0
@@ -39,9 +42,10 @@ fn main() {
             print!("{HELP}");
             0
         }
-        // Subcommands (one arm each): env, diagnose, validate.
+        // Subcommands (one arm each): env, diagnose, validate, install, ready.
         Some("validate") => roce_ipvlan::validate::main(rest),
         Some("install") => roce_ipvlan::install::main(rest),
+        Some("ready") => roce_ipvlan::ready::main(rest),
         Some("diagnose") => roce_ipvlan::diagnose::main(rest),
         Some("env") => roce_ipvlan::workload_env::main(rest),
         Some(other) => {

@@ -300,6 +300,33 @@ fn help_and_version_flags_work_by_hand() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("1.1.0"));
 }
 
+/// `--version` names the commit it was built from (plugin/build.rs), so that an image or a node's
+/// binary can be traced to its source. A stale build script (rerun-if-changed missing a ref)
+/// shows here as the previous commit.
+#[test]
+fn version_names_the_git_commit() {
+    let out = Command::new(BIN).arg("--version").output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let expected = match std::env::var("ROCE_IPVLAN_COMMIT") {
+        Ok(commit) if !commit.is_empty() => commit,
+        _ => Command::new("git")
+            .args(["rev-parse", "--short", "HEAD"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_else(|| "unknown".into()),
+    };
+    assert!(
+        text.starts_with(&format!(
+            "roce-ipvlan {} (commit {expected}, CNI ",
+            env!("CARGO_PKG_VERSION")
+        )),
+        "{text}"
+    );
+}
+
 /// Configurations may carry IPAM credentials (nv-ipam, whereabouts kubeconfigs, tokens): at the
 /// most verbose log level, through ADD, DEL, STATUS and GC, neither stdout nor the logs (stderr,
 /// the same lines as logFile) may show them, while the IPAM plugin does get them.

@@ -103,3 +103,67 @@ fn install_copies_this_binary_and_then_is_up_to_date() {
     assert!(err.contains("/nonexistent/dir"), "{err}");
     assert_eq!(run(&["install", "--bogus"]).0, 2);
 }
+
+/// The DaemonSet's installer (`install --wait`) restores a binary deleted or changed on the
+/// host: on SIGHUP here (the periodic check runs the same code), so that the test waits on the
+/// installer's own output instead of a timer. SIGTERM then ends it with status 0.
+#[test]
+fn install_wait_restores_a_deleted_or_changed_binary() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let dir = tempfile::tempdir().unwrap();
+    let src = tempfile::tempdir().unwrap();
+    let from = src.path().join("roce-ipvlan");
+    fs::copy(BIN, &from).unwrap();
+    let target = dir.path().join("roce-ipvlan");
+    let mut child = Command::new(BIN)
+        .env_remove("CNI_COMMAND")
+        .args(["install", "--wait", "--interval", "3600", "--to"])
+        .arg(dir.path())
+        .arg("--from")
+        .arg(&from)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    // A guard against a hang, not a timed assertion: an installer that never answers is killed,
+    // its stdout ends and the read below fails.
+    std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_secs(300));
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+    });
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    // The node's readiness lines (`ready`, logged when it changes) are not this test's.
+    let mut next = || loop {
+        let line = lines.next().expect("a line").expect("utf-8");
+        if !(line.starts_with("ready: ")
+            || line.starts_with("not ready: ")
+            || line.starts_with("  "))
+        {
+            return line;
+        }
+    };
+    // The first line comes after the installer blocked its signals.
+    assert!(next().starts_with("installed "));
+    let hup = || nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();
+
+    fs::remove_file(&target).unwrap();
+    hup();
+    assert!(
+        next().starts_with("restored "),
+        "a deleted binary is restored"
+    );
+    assert_eq!(fs::read(&target).unwrap(), fs::read(&from).unwrap());
+
+    fs::write(&target, b"not the plugin").unwrap();
+    hup();
+    assert!(
+        next().starts_with("restored "),
+        "a changed binary is restored"
+    );
+    assert_eq!(fs::read(&target).unwrap(), fs::read(&from).unwrap());
+
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    assert_eq!(next(), "SIGTERM: exiting");
+    assert!(child.wait().unwrap().success());
+}
