@@ -492,11 +492,15 @@ fn check_cni(conf: &Value, raw: Option<&str>, resource: &str) -> (Outcome, Vec<S
                 let _ = write!(notes, "; the rail comes from the deviceID of {resource}");
             } else if parsed.rail.allowed.is_empty() {
                 // Every ADD would be refused: no rail, and no pod may name one.
-                let msg = format!(
+                // A misspelt "master" lands here: name the unknown keys in the error itself.
+                let mut msg = format!(
                     "roce-ipvlan configuration{which} names no rail: expected \"master\", \
                      \"rdma.device\", a {RESOURCE_NAME} annotation (deviceID), or \
                      \"allowedRails\" listing the rails pods may choose with cni-args"
                 );
+                for w in &warnings {
+                    let _ = write!(msg, "; {w}");
+                }
                 return (Outcome::Error(msg), warnings);
             } else {
                 let _ = write!(
@@ -1068,7 +1072,7 @@ spec:
     }
 
     const RAIL_NAD: &str = r#"{"cniVersion": "1.0.0", "name": "rail0", "type": "roce-ipvlan", "master": "rdma0", "ipam": {"type": "host-local", "subnet": "10.0.0.0/24"}}"#;
-    const ARGS_NAD: &str = r#"{"cniVersion": "1.0.0", "name": "byargs", "type": "roce-ipvlan", "ipam": {"type": "host-local", "subnet": "10.0.0.0/24"}}"#;
+    const ARGS_NAD: &str = r#"{"cniVersion": "1.0.0", "name": "byargs", "type": "roce-ipvlan", "allowedRails": ["rdma*"], "ipam": {"type": "host-local", "subnet": "10.0.0.0/24"}}"#;
 
     fn pod(networks: &str, resources: &str) -> String {
         format!(
@@ -1095,8 +1099,10 @@ spec:
     #[test]
     fn unknown_top_level_keys_warn_and_runtime_keys_are_known() {
         let typo = NAD.replace("\"master\"", "\"mastr\"");
+        // No rail left, so the typo is refused, and the error names the unknown key.
         let o = &outcomes(&typo)[0];
-        assert!(is_warning(o, "unknown key \"mastr\""), "{o:?}");
+        assert!(is_error(o, "names no rail"), "{o:?}");
+        assert!(is_error(o, "unknown key \"mastr\""), "{o:?}");
         let runtime = NAD.replace(
             "\"master\": \"rdma3\",",
             "\"master\": \"rdma3\", \"runtimeConfig\": {}, \"capabilities\": {\"CNIDeviceInfoFile\": true}, \
@@ -1110,7 +1116,7 @@ spec:
         // A bare CNI configuration warns too.
         let bare = r#"{"cniVersion": "1.0.0", "name": "x", "type": "roce-ipvlan", "mastr": "rdma0", "ipam": {"type": "host-local"}}"#;
         assert!(
-            is_warning(&outcomes(bare)[0], "\"mastr\""),
+            is_error(&outcomes(bare)[0], "unknown key \"mastr\""),
             "{:?}",
             outcomes(bare)
         );
