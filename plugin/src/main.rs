@@ -9,6 +9,7 @@ set and the network configuration on stdin. See README.md and docs/configuration
 
 By hand:
   roce-ipvlan env [--format shell|json|nccl-conf]   NCCL/UCX settings for this pod's rails
+  roce-ipvlan env --exec -- CMD [ARGS...]           run CMD with those settings (no shell)
   roce-ipvlan diagnose [--netns PATH | --pid PID] [--json]
                                                     why a pod sees zero or unusable RoCE GIDs
   roce-ipvlan validate FILE...                      check NetworkAttachmentDefinitions or configs

@@ -11,18 +11,23 @@
 //! own selection is steered by family/range (NCCL) and subnets (UCX), and the models in
 //! [`select`] must pick the reported GID on every rail, or nothing is printed.
 
+pub mod exec;
 pub mod select;
 
+use std::ffi::OsString;
 use std::fmt::Write as _;
 use std::fs;
 use std::io;
 use std::net::IpAddr;
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use serde_json::{json, Value};
 
 use crate::cni::Roce;
 use crate::rdma::{GidSlot, GidTable, GidType, RdmaPort, Sysfs};
+use exec::{Conflict, OnConflict};
 use select::{
     gid_address, gid_family, nccl_gid_index, ucx_gid_index, NcclEnv, NcclTypeRead, Prefix, Slot,
     UcxEnv, UcxVersion,
@@ -30,14 +35,20 @@ use select::{
 
 const USAGE: &str = "\
 usage: roce-ipvlan env [--format shell|json|nccl-conf] [--output FILE] [--sys DIR]
+       roce-ipvlan env [--on-conflict replace|refuse] [--sys DIR] --exec [--] CMD [ARGS...]
 
 Prints NCCL/UCX settings for this network namespace's roce-ipvlan rails:
   shell      (default) unset/export lines, for: eval \"$(roce-ipvlan env)\"
   json       rails, settings and notes
   nccl-conf  KEY=VALUE lines for /etc/nccl.conf (NCCL settings only)
 --output FILE writes FILE (atomically) instead of stdout: for init containers without a shell.
+--exec runs CMD (no shell) with the settings in its environment. A variable already set to
+  another value, or set when the settings need it unset, is a conflict:
+  --on-conflict replace  (default) the settings win; a warning on stderr names each variable
+  --on-conflict refuse   CMD is not started, exit status 1
 --sys DIR reads DIR instead of /sys (recorded trees, debugging).
-Exit status: 0 printed, 1 no rails / stale GID / no correct settings, 2 usage.
+Exit status: 0 printed, 1 no rails / stale GID / no correct settings / refused conflict,
+2 usage, 126/127 CMD could not be run; otherwise CMD's own (it replaces this process).
 ";
 
 /// Why `env` printed no settings.
@@ -72,12 +83,31 @@ pub enum EnvError {
     },
     #[error("no NCCL/UCX settings select the right GID on every rail: {0}")]
     Unexpressible(String),
+    #[error(
+        "not starting {command:?}: the environment already sets {}, which would override the \
+         GID selection for this pod's rails. Remove them from the container's environment, or \
+         run with --on-conflict replace to let env's settings win",
+        .conflicts.iter().map(Conflict::to_string).collect::<Vec<_>>().join(", ")
+    )]
+    Conflicts {
+        command: String,
+        conflicts: Vec<Conflict>,
+    },
+    #[error("cannot run {command:?}: {source}")]
+    Exec {
+        command: String,
+        #[source]
+        source: io::Error,
+    },
 }
 
 impl EnvError {
     fn exit_code(&self) -> i32 {
         match self {
             EnvError::Usage(_) => 2,
+            // As env(1) and POSIX shells: 127 not found, 126 found but not runnable.
+            EnvError::Exec { source, .. } if source.kind() == io::ErrorKind::NotFound => 127,
+            EnvError::Exec { .. } => 126,
             _ => 1,
         }
     }
@@ -125,10 +155,25 @@ pub fn main(args: &[String]) -> i32 {
     }
 }
 
-fn run(args: &[String]) -> Result<String, EnvError> {
-    let mut format = Format::Shell;
-    let mut sys = PathBuf::from("/sys");
-    let mut output: Option<PathBuf> = None;
+/// The parsed command line.
+#[derive(Debug)]
+struct Args {
+    format: Option<Format>,
+    sys: PathBuf,
+    output: Option<PathBuf>,
+    on_conflict: Option<OnConflict>,
+    /// `--exec`: the command and its arguments.
+    exec: Option<Vec<String>>,
+}
+
+fn parse(args: &[String]) -> Result<Option<Args>, EnvError> {
+    let mut parsed = Args {
+        format: None,
+        sys: PathBuf::from("/sys"),
+        output: None,
+        on_conflict: None,
+        exec: None,
+    };
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         let (flag, inline) = match arg.split_once('=') {
@@ -143,7 +188,7 @@ fn run(args: &[String]) -> Result<String, EnvError> {
         };
         match flag {
             "--format" | "-f" => {
-                format = match value()?.as_str() {
+                parsed.format = Some(match value()?.as_str() {
                     "shell" => Format::Shell,
                     "json" => Format::Json,
                     "nccl-conf" => Format::NcclConf,
@@ -152,20 +197,111 @@ fn run(args: &[String]) -> Result<String, EnvError> {
                             "unknown format {other:?}: use shell, json or nccl-conf"
                         )))
                     }
-                }
+                })
             }
-            "--sys" => sys = PathBuf::from(value()?),
-            "--output" | "-o" => output = Some(PathBuf::from(value()?)),
-            "--help" | "-h" => return Ok(USAGE.to_string()),
+            "--sys" => parsed.sys = PathBuf::from(value()?),
+            "--output" | "-o" => parsed.output = Some(PathBuf::from(value()?)),
+            "--on-conflict" => {
+                parsed.on_conflict = Some(match value()?.as_str() {
+                    "replace" => OnConflict::Replace,
+                    "refuse" => OnConflict::Refuse,
+                    other => {
+                        return Err(EnvError::Usage(format!(
+                            "unknown --on-conflict {other:?}: use replace or refuse"
+                        )))
+                    }
+                })
+            }
+            "--exec" if inline.is_none() => {
+                let mut command: Vec<String> = it.by_ref().cloned().collect();
+                if command.first().map(String::as_str) == Some("--") {
+                    command.remove(0);
+                }
+                if command.is_empty() {
+                    return Err(EnvError::Usage("--exec needs a command".into()));
+                }
+                parsed.exec = Some(command);
+            }
+            "--help" | "-h" => return Ok(None),
             other => return Err(EnvError::Usage(format!("unknown argument {other:?}"))),
         }
     }
-    let rails = discover(&sys)?;
+    if parsed.exec.is_some() && (parsed.format.is_some() || parsed.output.is_some()) {
+        return Err(EnvError::Usage(
+            "--exec prints nothing: it cannot be combined with --format or --output".into(),
+        ));
+    }
+    if parsed.exec.is_none() && parsed.on_conflict.is_some() {
+        return Err(EnvError::Usage(
+            "--on-conflict applies to --exec only (the shell format unsets and exports \
+             every variable itself)"
+                .into(),
+        ));
+    }
+    Ok(Some(parsed))
+}
+
+fn run(args: &[String]) -> Result<String, EnvError> {
+    let Some(args) = parse(args)? else {
+        return Ok(USAGE.to_string());
+    };
+    let rails = discover(&args.sys)?;
     let plan = plan(&rails)?;
-    let text = render(format, &rails, &plan);
-    match output {
+    if let Some(command) = &args.exec {
+        let mode = args.on_conflict.unwrap_or(OnConflict::Replace);
+        return Err(exec_with(&plan, command, mode));
+    }
+    let text = render(args.format.unwrap_or(Format::Shell), &rails, &plan);
+    match args.output {
         None => Ok(text),
         Some(path) => write_atomically(&path, &text).map(|()| String::new()),
+    }
+}
+
+/// Replaces this process with `command` under the plan's settings; returns only on failure.
+fn exec_with(plan: &Plan, command: &[String], mode: OnConflict) -> EnvError {
+    let current = |key: &str| -> Option<OsString> { std::env::var_os(key) };
+    let changes = match exec::changes(plan, current, mode) {
+        Ok(changes) => changes,
+        Err(conflicts) => {
+            return EnvError::Conflicts {
+                command: command[0].clone(),
+                conflicts,
+            }
+        }
+    };
+    for conflict in &changes.replaced {
+        eprintln!("roce-ipvlan env: warning: replacing {conflict}");
+    }
+    for note in &plan.notes {
+        eprintln!("roce-ipvlan env: note: {note}");
+    }
+    let settings: Vec<String> = changes
+        .set
+        .iter()
+        .map(|(k, v)| format!("{k}={}", shell_quote(v)))
+        .collect();
+    eprintln!(
+        "roce-ipvlan env: exec {:?} with {}{}",
+        command[0],
+        settings.join(" "),
+        if changes.remove.is_empty() {
+            String::new()
+        } else {
+            format!(", without {}", changes.remove.join(" "))
+        }
+    );
+    let mut cmd = Command::new(&command[0]);
+    cmd.args(&command[1..]);
+    for key in &changes.remove {
+        cmd.env_remove(key);
+    }
+    for (key, value) in &changes.set {
+        cmd.env(key, value);
+    }
+    EnvError::Exec {
+        command: command[0].clone(),
+        source: cmd.exec(),
     }
 }
 
@@ -1020,6 +1156,47 @@ mod tests {
             discover(empty.path()),
             Err(EnvError::NoRails { scanned: 1, .. })
         ));
+    }
+
+    #[test]
+    fn exec_takes_the_rest_of_the_command_line() {
+        let args = |v: &[&str]| v.iter().map(|a| a.to_string()).collect::<Vec<_>>();
+        let p = parse(&args(&[
+            "--sys",
+            "/x",
+            "--exec",
+            "--",
+            "cmd",
+            "--on-conflict",
+            "-f",
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!(p.sys, PathBuf::from("/x"));
+        assert_eq!(
+            p.exec.unwrap(),
+            ["cmd", "--on-conflict", "-f"],
+            "flags after --exec are the command's"
+        );
+        assert_eq!(p.on_conflict, None);
+        let p = parse(&args(&["--on-conflict=refuse", "--exec", "cmd", "--", "x"]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            p.exec.unwrap(),
+            ["cmd", "--", "x"],
+            "only a leading -- is dropped"
+        );
+        assert_eq!(p.on_conflict, Some(OnConflict::Refuse));
+        for bad in [
+            &["--exec"][..],
+            &["--exec", "--"],
+            &["--output", "f", "--exec", "cmd"],
+            &["--on-conflict", "replace"],
+            &["--on-conflict", "ignore", "--exec", "cmd"],
+        ] {
+            assert_eq!(parse(&args(bad)).unwrap_err().exit_code(), 2, "{bad:?}");
+        }
     }
 
     #[test]

@@ -276,3 +276,62 @@ test_env_ipv6_slaac_rails() {
 	assert_ok cni_exec DEL /tmp/envv6-0.conf /run/netns/envv6 net1 envv6
 	for r in rdma2 rdma3; do sysctl -qw "net.ipv6.conf.$r.accept_ra=1"; done
 }
+
+# `env --exec` in a pod: the command runs with exactly the settings `env` prints, conflicting
+# variables of the container are replaced with a warning (default) or refused, and the command
+# is not started when the rails are not ready (no rails, a GID gone).
+test_env_exec_in_pod() {
+	require_plugin
+	local json k v got marker=/tmp/envexec-ran
+	rm -f "$marker"
+	pod_rails envexec envx 10.10.8 rdma0 rdma1
+	assert_ok in_pod envexec "$(env_bin)" env --format json
+	json=$OUT
+	check_env_json envexec "$json" 2 >/dev/null
+
+	# A container environment with a stale global GID index, an HCA list for another node and
+	# a subnet list UCX would refuse next to UCX_IB_GID_INDEX.
+	assert_ok in_pod envexec env NCCL_IB_GID_INDEX=7 NCCL_IB_HCA=mlx5_0 UCX_IB_ROCE_SUBNETS=10.0.0.0/8 \
+		"$(env_bin)" env --exec -- printenv
+	got=$OUT
+	while IFS= read -r k; do
+		v=$(jq -r --arg k "$k" '.env[$k]' <<<"$json")
+		assert_eq "$(grep -E "^$k=" <<<"$got")" "$k=$v" "$k in the command's environment"
+	done < <(jq -r '.env | keys[]' <<<"$json")
+	for k in $(jq -r '.unset[]' <<<"$json"); do
+		! grep -qE "^$k=" <<<"$got" || fail "$k still in the command's environment: $(grep -E "^$k=" <<<"$got")"
+	done
+	# Each of the three differs from what env wants (set to another value, or set where env
+	# needs it unset), whichever way the pod's GID indexes fall.
+	for k in NCCL_IB_GID_INDEX NCCL_IB_HCA UCX_IB_ROCE_SUBNETS; do
+		assert_match "$ERR" "warning: replacing $k=" "warning for $k"
+	done
+	assert_eq "$(grep -c 'warning: replacing' <<<"$ERR")" 3 "number of warnings"
+	note "stderr: $(tr '\n' ' ' <<<"$ERR")"
+
+	# The command's arguments are passed as they are, no shell in between.
+	# shellcheck disable=SC2016
+	assert_ok in_pod envexec "$(env_bin)" env --exec printf '%s|' 'a b' '$HOME'
+	# shellcheck disable=SC2016
+	assert_eq "$OUT" 'a b|$HOME|' "arguments reach the command unchanged"
+
+	# refuse: the command does not start.
+	run_cmd in_pod envexec env NCCL_IB_HCA=mlx5_0 "$(env_bin)" env --on-conflict refuse --exec -- touch "$marker"
+	assert_eq "$RC" 1 "exit status of a refused conflict"
+	assert_match "$ERR" 'not starting "touch": the environment already sets NCCL_IB_HCA="mlx5_0"' "refusal message"
+	[[ ! -e $marker ]] || fail "the command ran although the conflict was refused"
+
+	# A rail whose GID is gone: no command, a message naming the rail.
+	in_pod envexec ip addr flush dev net2
+	run_cmd in_pod envexec "$(env_bin)" env --exec -- touch "$marker"
+	assert_eq "$RC" 1 "exit status with net2's GID gone"
+	assert_match "$ERR" "rail net2 \(rxe[0-9]+ port 1\)" "the message names the rail"
+	[[ ! -e $marker ]] || fail "the command ran with a stale GID"
+
+	# A pod without roce-ipvlan attachments: no command.
+	new_pod envexecnone
+	run_cmd in_pod envexecnone "$(env_bin)" env --exec -- touch "$marker"
+	assert_eq "$RC" 1 "exit status without rails"
+	assert_match "$ERR" "no roce-ipvlan rails" "message without rails"
+	[[ ! -e $marker ]] || fail "the command ran without rails"
+}

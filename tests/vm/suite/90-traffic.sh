@@ -8,12 +8,19 @@
 # peerN (node A's segment) and one end of a veth whose other end is node B's rail N (node B's
 # segment); it forwards between its own /64 on each side.
 #
+# Then RoCE v2 with perftest on every rail, and UCX (ucx_perftest started through
+# `roce-ipvlan env --exec`) and RDMA CM (rping) on rail 0 (docs/traffic.md#ucx, #rdma-cm).
+#
 # These tests need a kernel whose Soft-RoCE carries traffic for an address in another netns
 # (7.x): 'make vm-traffic' boots trixie-backports' kernel and runs them. suite/run.sh leaves
 # them out unless a pattern selects them.
 
 RAILS=(rdma0 rdma1 rdma2 rdma3)
 PINGS=10
+# Rails the pods of flat_pods/routed_pods are attached to (the UCX and RDMA CM tests use one).
+POD_RAILS=(0 1 2 3)
+# Rail rxe devices of node A a test deleted ("DEV NETDEV"); traffic_cleanup adds them back.
+RAIL_RXE_DELETED=()
 
 traffic_cleanup() {
 	local n
@@ -22,6 +29,7 @@ traffic_cleanup() {
 		rm -f "/run/radvd-t$n.pid"
 	done
 	cleanup_pods
+	restore_rail_rxe
 	rm -rf /var/lib/cni/nodeA /var/lib/cni/nodeB # host-local state of the pods just deleted
 	# Physical NICs return to the initial namespace when their namespace goes; hand them back
 	# under their own names first, or they would come back as rdmaN next to node A's rdmaN.
@@ -104,18 +112,18 @@ flat_pods() {
 			'{cniVersion: "1.0.0", name: "flat", type: "roce-ipvlan",
 			  ipam: {type: "host-local", subnet: "10.20.0.0/16", rangeStart: $s, rangeEnd: $e,
 			         dataDir: $dir}} + $extra' >"/tmp/flat-$node.json"
-		for n in 0 1 2 3; do
+		for n in "${POD_RAILS[@]}"; do
 			jq --arg m "rdma$n" '. + {master: $m}' "/tmp/flat-$node.json" >"/tmp/flat-$node-$n.json"
 			attach "$node" "$pod" "net$n" "/tmp/flat-$node-$n.json"
 		done
 	done
-	for n in 0 1 2 3; do
+	for n in "${POD_RAILS[@]}"; do
 		ADDR_A[n]=$(jq -r '.ips[0].address' "/tmp/podA-net$n.json")
 		ADDR_A[n]=${ADDR_A[n]%/*}
 		ADDR_B[n]=$(jq -r '.ips[0].address' "/tmp/podB-net$n.json")
 		ADDR_B[n]=${ADDR_B[n]%/*}
 	done
-	note "pod A: ${ADDR_A[*]}; pod B: ${ADDR_B[*]} (rails 0..3)"
+	note "pod A: ${ADDR_A[*]}; pod B: ${ADDR_B[*]} (rails ${POD_RAILS[*]})"
 }
 
 counters() { # counters POD DIR: "<net0> <net1> <net2> <net3>" DIR (tx|rx) packet counters
@@ -249,26 +257,35 @@ routed_rails() {
 	done
 }
 
-# routed_pods: pod A and pod B on rails 0..3 by SLAAC; sets ADDR_A[n], ADDR_B[n]
+# routed_pods [placeholder]: pod A and pod B on POD_RAILS by SLAAC; sets ADDR_A[n], ADDR_B[n]
+# (the SLAAC addresses). With "placeholder" each attachment also gets a placeholder address
+# from host-local (fd01:0:0:100::/112, one range per node), as the chains being migrated from
+# give (docs/ipv6.md): its GID sits below the SLAAC one on the rail's device.
 routed_pods() {
-	local n node pod side
+	local placeholder=${1:-} n node pod side ipam h
 	routed_rails
 	for node in A B; do
 		pod=pod$node
 		new_pod "$pod"
 		in_pod "$pod" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
 		side=${node,,}
-		for n in 0 1 2 3; do
-			jq -n --arg m "rdma$n" --arg p "2001:db8:$side:$n::/64" \
+		for n in "${POD_RAILS[@]}"; do
+			ipam='{}'
+			if [[ -n $placeholder ]]; then
+				[[ $node == A ]] && h=1$n || h=2$n
+				ipam=$(jq -n --arg s "fd01:0:0:100::${h}0" --arg e "fd01:0:0:100::${h}f" --arg dir "/var/lib/cni/node$node" \
+					'{ipam: {type: "host-local", subnet: "fd01:0:0:100::/112", rangeStart: $s, rangeEnd: $e, dataDir: $dir}}')
+			fi
+			jq -n --arg m "rdma$n" --arg p "2001:db8:$side:$n::/64" --argjson ipam "$ipam" \
 				'{cniVersion: "1.0.0", name: "routed", type: "roce-ipvlan", master: $m,
-				  ipv6: {slaac: true, prefix: $p}}' >"/tmp/v6-$node-$n.json"
+				  ipv6: {slaac: true, prefix: $p}} + $ipam' >"/tmp/v6-$node-$n.json"
 			attach "$node" "$pod" "net$n" "/tmp/v6-$node-$n.json" "/tmp/radvd-t$n.log"
 		done
 	done
-	for n in 0 1 2 3; do
-		ADDR_A[n]=$(jq -r '.ips[0].address' "/tmp/podA-net$n.json")
+	for n in "${POD_RAILS[@]}"; do
+		ADDR_A[n]=$(jq -r '[.ips[].address | select(startswith("2001:db8:"))][0]' "/tmp/podA-net$n.json")
 		ADDR_A[n]=${ADDR_A[n]%/*}
-		ADDR_B[n]=$(jq -r '.ips[0].address' "/tmp/podB-net$n.json")
+		ADDR_B[n]=$(jq -r '[.ips[].address | select(startswith("2001:db8:"))][0]' "/tmp/podB-net$n.json")
 		ADDR_B[n]=${ADDR_B[n]%/*}
 	done
 	note "pod A: ${ADDR_A[*]}"
@@ -404,4 +421,241 @@ test_traffic_roce_ipv6_routed_rails() {
 	done
 	r=$(pingpong 3)
 	note "$r"
+}
+
+# --- UCX between the pods, started through `roce-ipvlan env --exec` (docs/traffic.md#ucx) ---
+
+# What the job itself sets; env --exec adds the device and GID settings. UCX_TLS: RC for the
+# data, UD for UCP's wireup (UCX 1.13 has no other auxiliary transport for RC), and no shared
+# memory or TCP, which would connect two pods of one VM without the rails at all.
+# UCX_UD_ETH_DGID_CHECK=n: UD drops every packet whose GRH destination GID is not its own
+# (default y); with Soft-RoCE every wireup packet is dropped that way and wireup times out.
+# UCX_UD_TIMEOUT bounds how long a failing wireup takes (default 30 s).
+UCX_JOB=("UCX_TLS=rc_verbs,ud_verbs" UCX_UD_ETH_DGID_CHECK=n UCX_UD_TIMEOUT=10s)
+UCX_PORT=13411
+
+# rail_rxe_alias POD IFNAME DEV: points the child's ifalias at DEV, the pod's own rxe on it, and
+# at the index of the alias's GID there. On a NIC the rail's RDMA device is the one that
+# carries the pod's RoCE and ADD names it; here only an rxe on the child does (see "What this
+# emulates"), so the test moves the alias to the device that carries the traffic, with the
+# address (GID) ADD reported. env then checks it against DEV's live GID table like any alias.
+rail_rxe_alias() {
+	local pod=$1 ifn=$2 dev=$3 alias kv gid="" want f idx=""
+	alias=$(in_pod "$pod" cat "/sys/class/net/$ifn/ifalias")
+	for kv in $alias; do [[ $kv == gid=* ]] && gid=${kv#gid=}; done
+	[[ -n $gid ]] || fail "$pod $ifn: no GID in its alias '$alias'"
+	want=$(gid_long "$gid")
+	for f in $(in_pod "$pod" grep -lx "$want" /sys/class/infiniband/"$dev"/ports/1/gids/*); do
+		[[ $(in_pod "$pod" cat "/sys/class/infiniband/$dev/ports/1/gid_attrs/types/${f##*/}") == "RoCE v2" ]] && idx=${f##*/}
+	done
+	[[ -n $idx ]] || fail "$pod: GID $gid of $ifn is not on $dev"
+	in_pod "$pod" ip link set dev "$ifn" alias "rdma_dev=$dev port=1 gid_index=$idx gid=$gid"
+}
+
+# gid_table POD DEV: "index=GID" for every non-empty slot of DEV's port 1, as the pod sees it
+# (one grep: a process per slot of the 1024 would take minutes under TCG)
+gid_table() {
+	in_pod "$1" grep -rvx '0000:0000:0000:0000:0000:0000:0000:0000' "/sys/class/infiniband/$2/ports/1/gids/" |
+		sed 's|.*/||' | sort -n | tr ':' ' ' | awk '{printf "%s=%s:%s:%s:%s:%s:%s:%s:%s ", $1, $2, $3, $4, $5, $6, $7, $8, $9}'
+}
+
+rxe_sent() { rdma statistic show link "$1/1" | grep -oE 'sent_pkts [0-9]+' | awk '{print $2}'; }
+
+# ucx_perftest_pair NAME MODE ARGS...: ucx_perftest server in pod B, client in pod A (ARGS),
+# over rail 0, the job environment UCX_JOB plus, by MODE:
+#   env    started through `roce-ipvlan env --exec` (the pods' own settings)
+#   alone  only UCX_NET_DEVICES=<the pod's rxe>:1, no GID setting: UCX picks the GID itself
+#   forced UCX_NET_DEVICES and UCX_IB_GID_INDEX=$FORCE_A (pod A) / $FORCE_B (pod B)
+# Sets PT_RC (client), PT_SRV_RC, PT_OUT (client stdout+stderr), PT_SENT (packets pod A's rxe
+# sent), PT_GID (the GID index UCX chose by itself in pod A, from its debug log; "" if none).
+ucx_perftest_pair() {
+	local name=$1 mode=$2 srv s0 pre_a pre_b
+	shift 2
+	case $mode in
+	env)
+		pre_a=("$CNI_BIN_DIR/roce-ipvlan" env --exec --)
+		pre_b=("$CNI_BIN_DIR/roce-ipvlan" env --exec --)
+		;;
+	alone)
+		pre_a=(env UCX_NET_DEVICES=rxeA0p:1 UCX_LOG_LEVEL=debug)
+		pre_b=(env UCX_NET_DEVICES=rxeB0p:1)
+		;;
+	forced)
+		pre_a=(env UCX_NET_DEVICES=rxeA0p:1 UCX_IB_GID_INDEX="$FORCE_A")
+		pre_b=(env UCX_NET_DEVICES=rxeB0p:1 UCX_IB_GID_INDEX="$FORCE_B")
+		;;
+	esac
+	s0=$(rxe_sent rxeA0p)
+	in_pod podB env "${UCX_JOB[@]}" timeout 90 "${pre_b[@]}" ucx_perftest -p "$UCX_PORT" >"/tmp/ucx-srv-$name.log" 2>&1 &
+	srv=$!
+	sleep 2 # the server listens on its out-of-band TCP port
+	PT_RC=0 PT_SRV_RC=0
+	in_pod podA env "${UCX_JOB[@]}" timeout 90 "${pre_a[@]}" ucx_perftest "${OOB_B:-${ADDR_B[0]}}" -p "$UCX_PORT" "$@" \
+		>"/tmp/ucx-cli-$name.log" 2>&1 || PT_RC=$?
+	# A client that failed leaves the server waiting for it.
+	((PT_RC == 0)) || kill "$srv" 2>/dev/null || true
+	wait "$srv" || PT_SRV_RC=$?
+	PT_SENT=$(($(rxe_sent rxeA0p) - s0))
+	PT_GID=$(grep -oE 'rxeA0p:1 using gid_index [0-9]+' "/tmp/ucx-cli-$name.log" | awk '{print $NF}' | head -n 1 || true)
+	PT_OUT=$(grep -vE '^\[[0-9.]+\] .* (DEBUG|TRACE) ' "/tmp/ucx-cli-$name.log" | grep -vE '^\|' | tail -n 12)
+}
+
+# ucx_pods_ready: pod rxe devices (roce_pair, sets GA, GB) on rail 0 of both pods, the aliases pointed at them; shows
+# what env --exec will set in each pod.
+ucx_pods_ready() {
+	local pod dev
+	roce_pair 0
+	for pod in podA podB; do
+		dev=rxe${pod#pod}0p
+		rail_rxe_alias "$pod" net0 "$dev"
+		note "$pod: $dev GIDs $(gid_table "$pod" "$dev"); env: $(in_pod "$pod" "$CNI_BIN_DIR/roce-ipvlan" env | grep '^export' | tr '\n' ' ')"
+	done
+}
+
+# ucx_passes WHAT: the last ucx_perftest_pair passed over pod A's rxe; notes the bandwidth
+ucx_passes() {
+	local final bw_avg
+	((PT_RC == 0 && PT_SRV_RC == 0)) || fail "$1: ucx_perftest exited $PT_RC (server $PT_SRV_RC): $PT_OUT; server: $(tail -n 5 /tmp/ucx-srv-*.log | tr '\n' ' ')"
+	final=$(grep -E '^Final:' <<<"$PT_OUT") || fail "$1: no Final line: $PT_OUT"
+	# 200 x 64 KiB at RoCE MTU 1024 is 12 800 packets; shared memory or TCP would send none.
+	((PT_SENT >= 10000)) || fail "$1: pod A's rxe sent only $PT_SENT packets: the data did not go over RoCE"
+	read -r _ _ _ _ _ bw_avg _ <<<"$final"
+	note "$1: ucp_put_bw 64 KiB x 200: $bw_avg MB/s; pod A rxe sent $PT_SENT packets"
+}
+
+UCX_ARGS=(-t ucp_put_bw -s 65536 -n 200 -w 10)
+
+test_traffic_ucx_ipv4_flat_rail() {
+	require_plugin
+	trap traffic_cleanup EXIT
+	local -a ADDR_A ADDR_B POD_RAILS=(0)
+	local GA GB
+	flat_pods
+	ucx_pods_ready
+	# No GID setting at all: on an IPv4 rail UCX's first choice (RoCE v2, IPv4) is the pod's GID.
+	ucx_perftest_pair v4-alone alone "${UCX_ARGS[@]}"
+	ucx_passes "IPv4, no GID setting"
+	assert_eq "$PT_GID" "$GA" "GID index UCX chose by itself on rxeA0p"
+	ucx_perftest_pair v4-env env "${UCX_ARGS[@]}"
+	ucx_passes "IPv4, through env --exec"
+}
+
+# The report's trap on a routed IPv6 rail: UCX left alone takes a GID below the pod's SLAAC one
+# and fails; through env --exec it passes. Failing without env's settings is asserted, so the
+# passing case cannot pass for another reason.
+test_traffic_ucx_ipv6_placeholder_trap() {
+	require_plugin
+	trap traffic_cleanup EXIT
+	local -a ADDR_A ADDR_B POD_RAILS=(0)
+	local GA GB OOB_B chosen
+	routed_pods placeholder
+	oob_link
+	ucx_pods_ready
+	ucx_perftest_pair v6p-alone alone "${UCX_ARGS[@]}"
+	chosen=$(in_pod podA cat "/sys/class/infiniband/rxeA0p/ports/1/gids/$PT_GID" 2>/dev/null || true)
+	note "UCX alone: GID index ${PT_GID:-?} ($chosen), exit $PT_RC: $(tail -n 3 <<<"$PT_OUT" | tr '\n' ' ')"
+	[[ -n $PT_GID && $PT_GID != "$GA" ]] || fail "UCX alone chose GID index '${PT_GID}', the pod's SLAAC GID is $GA: the trap is gone (docs/traffic.md#ucx must change)"
+	((PT_GID < GA)) || fail "UCX alone chose index $PT_GID, above the SLAAC GID's $GA"
+	((PT_RC != 0)) || fail "UCX with GID index $PT_GID ($chosen) passed: the trap is gone (docs/traffic.md#ucx must change)"
+	# The field report's UCX took the placeholder's GID (the lowest global one where link-local
+	# GIDs are hidden or skipped): with it the run fails the same way.
+	local FORCE_A FORCE_B ph
+	ph=$(jq -r '[.ips[].address | select(startswith("fd01:"))][0]' /tmp/podA-net0.json)
+	FORCE_A=$(in_pod podA grep -lx "$(gid_long "${ph%/*}")" /sys/class/infiniband/rxeA0p/ports/1/gids/*) || fail "no GID for pod A's placeholder $ph"
+	FORCE_A=${FORCE_A##*/}
+	ph=$(jq -r '[.ips[].address | select(startswith("fd01:"))][0]' /tmp/podB-net0.json)
+	FORCE_B=$(in_pod podB grep -lx "$(gid_long "${ph%/*}")" /sys/class/infiniband/rxeB0p/ports/1/gids/*) || fail "no GID for pod B's placeholder $ph"
+	FORCE_B=${FORCE_B##*/}
+	ucx_perftest_pair v6p-placeholder forced "${UCX_ARGS[@]}"
+	note "UCX on the placeholder's GID (index $FORCE_A / $FORCE_B): exit $PT_RC: $(grep -E 'ERROR' <<<"$PT_OUT" | tail -n 1)"
+	((PT_RC != 0)) || fail "UCX on the placeholder's GID passed: the placeholder routes now (docs/traffic.md#ucx must change)"
+	ucx_perftest_pair v6p-env env "${UCX_ARGS[@]}"
+	ucx_passes "IPv6 with a placeholder, through env --exec"
+}
+
+test_traffic_ucx_ipv6_slaac_rail() {
+	require_plugin
+	trap traffic_cleanup EXIT
+	local -a ADDR_A ADDR_B POD_RAILS=(0)
+	local GA GB OOB_B
+	routed_pods
+	oob_link
+	ucx_pods_ready
+	ucx_perftest_pair v6-env env "${UCX_ARGS[@]}"
+	ucx_passes "IPv6 without a placeholder, through env --exec"
+}
+
+# --- RDMA CM between the pods (docs/traffic.md#rdma-cm) ---
+
+# drop_rail_rxe: deletes rail 0's rxe on both nodes, leaving the pods' own rxe devices as the only
+# ones holding the pods' rail-0 GIDs (on a NIC the rail's device is the only one anyway).
+drop_rail_rxe() {
+	local dev
+	dev=$(rail_rdma_dev rdma0)
+	rdma link del "$dev"
+	RAIL_RXE_DELETED+=("$dev rdma0")
+	ip netns exec nodeB rdma link del rxeB0 # node B's go with nodeB at cleanup anyway
+}
+
+restore_rail_rxe() {
+	local entry dev netdev
+	for entry in "${RAIL_RXE_DELETED[@]}"; do
+		read -r dev netdev <<<"$entry"
+		rdma link add "$dev" type rxe netdev "$netdev"
+	done
+	RAIL_RXE_DELETED=()
+}
+
+# rping_pair: rping server in pod B on its rail-0 address, client in pod A from its own (3
+# round trips, verbose); sets RP_RC (client) and RP_OUT (client output)
+rping_pair() {
+	local srv
+	in_pod podB timeout 60 rping -s -a "${ADDR_B[0]}" -C 3 -v >/tmp/rping-srv.log 2>&1 &
+	srv=$!
+	sleep 2 # the server binds and listens
+	RP_RC=0
+	RP_OUT=$(in_pod podA timeout 60 rping -c -a "${ADDR_B[0]}" -I "${ADDR_A[0]}" -C 3 -v 2>&1) || RP_RC=$?
+	((RP_RC == 0)) || kill "$srv" 2>/dev/null || true
+	wait "$srv" || true
+}
+
+# rdmacm_checks: with two devices holding each pod's GID (the rail's rxe and the pod's own),
+# rdma_cm binds to the rail's (the first registered) on both sides; the connect request arrives
+# at pod B's own rxe, where nothing listens: rejected, reason 8 (invalid service ID). Asserted,
+# so that a change in rdma_cm's device choice shows. With only the pods' own devices rping works.
+rdmacm_checks() {
+	local want=$1 s0
+	rping_pair
+	note "rping with the rail's rxe present: exit $RP_RC: $(grep -E 'RDMA_CM_EVENT|error' <<<"$RP_OUT" | head -n 2 | tr '\n' ' ')"
+	if ((RP_RC == 0)) || [[ $RP_OUT != *"$want"* ]]; then
+		fail "rping no longer fails with '$want' while two RDMA devices hold the pod's GID (exit $RP_RC: $RP_OUT): rdma_cm's device choice changed, docs/traffic.md#rdma-cm must change"
+	fi
+	drop_rail_rxe
+	s0=$(rxe_sent rxeA0p)
+	rping_pair
+	((RP_RC == 0)) || fail "rping between the pods' own rxe devices exited $RP_RC: $RP_OUT; server: $(tail -n 5 /tmp/rping-srv.log)"
+	[[ $RP_OUT == *"ping data: rdma-ping-2"* ]] || fail "rping printed no third ping: $RP_OUT"
+	(($(rxe_sent rxeA0p) - s0 > 0)) || fail "pod A's rxe sent nothing during rping"
+	note "rping over the pods' own rxe: 3 pings, pod A's rxe sent $(($(rxe_sent rxeA0p) - s0)) packets"
+}
+
+test_traffic_rdmacm_rping_ipv4() {
+	require_plugin
+	trap traffic_cleanup EXIT
+	local -a ADDR_A ADDR_B POD_RAILS=(0)
+	local GA GB
+	flat_pods
+	roce_pair 0
+	rdmacm_checks "RDMA_CM_EVENT_REJECTED, error 8"
+}
+
+test_traffic_rdmacm_rping_ipv6() {
+	require_plugin
+	trap traffic_cleanup EXIT
+	local -a ADDR_A ADDR_B POD_RAILS=(0)
+	local GA GB OOB_B
+	routed_pods
+	oob_link # roce_pair's out-of-band path (rping itself needs none)
+	roce_pair 0
+	rdmacm_checks "RDMA_CM_EVENT_UNREACHABLE"
 }
