@@ -28,7 +28,7 @@ ROCE_IPVLAN_BIN ?= $(CURDIR)/target/debug/roce-ipvlan
 export ROCE_IPVLAN_BIN
 
 PACKAGES := $(shell grep -v '^\#' tests/vm/packages.txt)
-SHELL_SCRIPTS := $(wildcard tests/*.sh tests/vm/*.sh tests/vm/suite/*.sh tests/cnidriver/*.sh) tests/vm/init .ci/run
+SHELL_SCRIPTS := $(wildcard tests/*.sh tests/vm/*.sh tests/vm/ofed/*.sh tests/vm/suite/*.sh tests/cnidriver/*.sh) tests/vm/init .ci/run
 IMAGE ?= ghcr.io/roce-ipvlan/roce-ipvlan:$(shell sed -n 's/^version = "\(.*\)"/\1/p' plugin/Cargo.toml)
 # podman if present, else docker (the docker client alone is not enough: it needs an engine).
 IMAGE_BUILDER ?= $(shell command -v podman >/dev/null 2>&1 && echo podman || echo docker)
