@@ -9,10 +9,14 @@
 #                  every NAD's config through `roce-ipvlan validate` (tests/validate-manifests.sh)
 #   make vm-traffic  pod-to-pod traffic between two emulated nodes, RoCE v2 with ib_write_bw,
 #                  in a VM booting trixie-backports' 7.x kernel (docs/traffic.md)
-#   make test      lint + unit + validate-manifests + vm-test + vm-traffic (what CI runs)
+#   make vm-ofed   the OFED-view suite (tests/vm/suite/12-ofed.sh) in a VM whose RDMA core hides
+#                  other namespaces' GIDs as DOCA-OFED's does (VM_RDMA=ofed; the modules are built
+#                  once and cached, tests/vm/ofed/build.sh)
+#   make test      lint + unit + validate-manifests + vm-test + vm-ofed + vm-traffic (what CI runs)
 #   make image     container image of deploy/Containerfile (needs podman, or docker with an engine)
 #   make vm-shell  interactive shell in the VM, rails and rxe devices set up
-#   make demo      attach a pod to 4 Soft-RoCE rails, show result and GIDs, detach
+#   make demo      on the OFED view: a pod without attachments reads zero GIDs; attached to 4
+#                  Soft-RoCE rails it reads its own at the reported indexes; detach
 #   make demo-traffic  one ib_write_bw between pods on two emulated nodes over a rail
 #   make bench     release build, then roce-ipvlan vs the ipvlan+tuning+sbr chain in a 16-rail VM;
 #                  rewrites docs/benchmarks.md and docs/bench/ (bench/run.sh); not part of `make test`
@@ -33,7 +37,7 @@ IMAGE ?= ghcr.io/roce-ipvlan/roce-ipvlan:$(shell sed -n 's/^version = "\(.*\)"/\
 # podman if present, else docker (the docker client alone is not enough: it needs an engine).
 IMAGE_BUILDER ?= $(shell command -v podman >/dev/null 2>&1 && echo podman || echo docker)
 
-.PHONY: build unit lint vm-test vm-suite test vm-shell demo deps validate-manifests image vm-traffic demo-traffic fuzz
+.PHONY: build unit lint vm-test vm-suite test vm-shell demo deps validate-manifests image vm-traffic demo-traffic fuzz vm-ofed
 
 build:
 	$(CARGO) build --locked -p roce-ipvlan
@@ -61,6 +65,7 @@ test:
 	$(MAKE) unit
 	$(MAKE) validate-manifests
 	$(MAKE) vm-test
+	$(MAKE) vm-ofed
 	$(MAKE) vm-traffic
 
 validate-manifests: build
@@ -73,7 +78,11 @@ vm-shell:
 	tests/vm/run.sh --interactive bash -l
 
 demo: deps build
-	tests/vm/run.sh tests/vm/demo.sh
+	VM_RDMA=$${VM_RDMA:-ofed} tests/vm/run.sh tests/vm/demo.sh
+
+# The bug roce-ipvlan exists for, reproduced: the same kernel with the OFED-view RDMA core.
+vm-ofed: build
+	VM_RDMA=ofed tests/vm/run.sh tests/vm/suite/run.sh '^test_ofed_'
 
 # Soft-RoCE carries traffic for an address in a pod's netns only on 7.x kernels: these boot
 # trixie-backports' kernel (tests/vm/kernel.sh); the rest of the suite stays on bookworm's.
