@@ -9,14 +9,19 @@
 #                  every NAD's config through `roce-ipvlan validate` (tests/validate-manifests.sh)
 #   make vm-traffic  pod-to-pod traffic between two emulated nodes, RoCE v2 with ib_write_bw,
 #                  in a VM booting trixie-backports' 7.x kernel (docs/traffic.md)
-#   make test      lint + unit + validate-manifests + image-test + vm-test + vm-traffic (what CI runs)
+#   make vm-ofed   the OFED-view suite (tests/vm/suite/12-ofed.sh) in a VM whose RDMA core hides
+#                  other namespaces' GIDs as DOCA-OFED's does (VM_RDMA=ofed; the modules are built
+#                  once and cached, tests/vm/ofed/build.sh)
+#   make test      lint + unit + validate-manifests + image-test + vm-test + vm-ofed + vm-traffic
+#                  (what CI runs)
 #   make image     static release binary built on the host, in a FROM scratch image of
 #                  deploy/Containerfile (podman; offline, no registry); IMAGE_ARCH=aarch64 for
 #                  arm64 nodes needs a cross toolchain (docs/deploy.md#other-architectures)
 #   make image-test  make image, then the installer from the exported image into a temporary
 #                  host directory: lands atomically, executable, answers VERSION (tests/image-test.sh)
 #   make vm-shell  interactive shell in the VM, rails and rxe devices set up
-#   make demo      attach a pod to 4 Soft-RoCE rails, show result and GIDs, detach
+#   make demo      on the OFED view: a pod without attachments reads zero GIDs; attached to 4
+#                  Soft-RoCE rails it reads its own at the reported indexes; detach
 #   make demo-traffic  one ib_write_bw between pods on two emulated nodes over a rail
 #   make bench     release build, then roce-ipvlan vs the ipvlan+tuning+sbr chain in a 16-rail VM;
 #                  rewrites docs/benchmarks.md and docs/bench/ (bench/run.sh); not part of `make test`
@@ -32,7 +37,7 @@ ROCE_IPVLAN_BIN ?= $(CURDIR)/target/debug/roce-ipvlan
 export ROCE_IPVLAN_BIN
 
 PACKAGES := $(shell grep -v '^\#' tests/vm/packages.txt)
-SHELL_SCRIPTS := $(wildcard tests/*.sh tests/vm/*.sh tests/vm/suite/*.sh tests/cnidriver/*.sh) tests/vm/init .ci/run
+SHELL_SCRIPTS := $(wildcard tests/*.sh tests/vm/*.sh tests/vm/ofed/*.sh tests/vm/suite/*.sh tests/cnidriver/*.sh) tests/vm/init .ci/run
 # The one version source is [workspace.package] version in Cargo.toml; tests/check-version.sh
 # (make lint) checks every other place that names it.
 VERSION := $(shell sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)
@@ -49,7 +54,7 @@ RUST_TARGET = $(if $(filter arm64,$(IMAGE_ARCH)),aarch64,$(IMAGE_ARCH))-unknown-
 STATIC_BIN = target/$(RUST_TARGET)/release/roce-ipvlan
 IMAGE_CONTEXT = target/image/$(RUST_TARGET)
 
-.PHONY: build unit lint vm-test vm-suite test vm-shell demo deps validate-manifests static image image-test vm-traffic demo-traffic fuzz
+.PHONY: build unit lint vm-test vm-suite test vm-shell demo deps validate-manifests static image image-test vm-traffic demo-traffic fuzz vm-ofed
 
 build:
 	$(CARGO) build --locked -p roce-ipvlan
@@ -79,6 +84,7 @@ test:
 	$(MAKE) validate-manifests
 	$(MAKE) image-test
 	$(MAKE) vm-test
+	$(MAKE) vm-ofed
 	$(MAKE) vm-traffic
 
 validate-manifests: build
@@ -107,7 +113,11 @@ vm-shell:
 	tests/vm/run.sh --interactive bash -l
 
 demo: deps build
-	tests/vm/run.sh tests/vm/demo.sh
+	VM_RDMA=$${VM_RDMA:-ofed} tests/vm/run.sh tests/vm/demo.sh
+
+# The bug roce-ipvlan exists for, reproduced: the same kernel with the OFED-view RDMA core.
+vm-ofed: build
+	VM_RDMA=ofed tests/vm/run.sh tests/vm/suite/run.sh '^test_ofed_'
 
 # Soft-RoCE carries traffic for an address in a pod's netns only on 7.x kernels: these boot
 # trixie-backports' kernel (tests/vm/kernel.sh); the rest of the suite stays on bookworm's.

@@ -96,6 +96,7 @@ async fn validate<'a>(env: &'a Env, conf: &'a NetConf) -> Result<Ready<'a>> {
         }
     }
     let port = rdma_port(conf, rail.rdma_device.as_deref(), &master)?;
+    require_shared_netns_mode(&port, &master)?;
     let pod = Netlink::in_netns(&netns)?;
     if let Some(existing) = pod.link_by_name(&env.ifname).await? {
         return Err(Error::InvalidEnv(format!(
@@ -187,6 +188,29 @@ pub(crate) fn rdma_port(conf: &NetConf, device: Option<&str>, master: &Link) -> 
              driver is loaded, or set \"rdma\": {{\"device\": ...}} in the NAD",
             master.name, master.name
         ))),
+    }
+}
+
+/// In exclusive mode each RDMA device belongs to one netns, and the rail's stays in the host's:
+/// the pod would see no RDMA device, so the GID wait could only time out. A kernel too old to
+/// report the mode (before 5.2) has no exclusive mode; there the read fails and ADD goes on.
+fn require_shared_netns_mode(port: &RdmaPort, master: &Link) -> Result<()> {
+    match rdma::netns_mode() {
+        Ok(rdma::NetnsMode::Shared) => Ok(()),
+        Ok(rdma::NetnsMode::Exclusive) => Err(Error::NoRdmaPort(format!(
+            "the RDMA subsystem is in exclusive netns mode (`rdma system show netns`), expected \
+             shared: in exclusive mode an RDMA device belongs to one network namespace, and {}, \
+             the device of rail {}, stays in the host's, so the pod would see no RDMA device and \
+             no GID. roce-ipvlan shares a rail's device between pods, which needs shared mode: \
+             set the ib_core module parameter netns_mode=1 (and reboot), or run `rdma system set \
+             netns shared` while no other network namespace exists; or give pods SR-IOV VFs \
+             with the RDMA CNI, which moves each VF's device into its pod",
+            port.device, master.name
+        ))),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the RDMA netns mode; assuming shared");
+            Ok(())
+        }
     }
 }
 

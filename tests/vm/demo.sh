@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# make demo: inside the VM, attach one pod to four Soft-RoCE rails through libcni (roce-ipvlan,
-# host-local, one flat subnet as on A100 nodes), show what the pod got, then detach it and
-# show that nothing is left.
+# make demo: inside the VM, on the OFED view of the RDMA core (VM_RDMA=ofed: other namespaces'
+# GIDs hidden, as DOCA-OFED's ib_core does), show a pod with the RDMA devices but no netdev on a
+# rail reading zero GIDs; then attach it to four Soft-RoCE rails through libcni (roce-ipvlan,
+# host-local, one flat subnet as on A100 nodes), show that it reads its own GIDs at the reported
+# indexes, then detach it and show that nothing is left. Runs on the upstream view too, where
+# the first step shows no symptom.
 set -euo pipefail
 source "$ROCE_REPO/tests/vm/lib.sh"
 
@@ -19,9 +22,39 @@ in_pod() { ip netns exec "$pod" "$@"; }
 
 heading "Node: $(uname -r), Soft-RoCE rails"
 rdma link show
+zero=0000:0000:0000:0000:0000:0000:0000:0000
+taint=$(cat /sys/module/ib_core/taint)
+echo "RDMA core: VM_RDMA=${VM_RDMA:-upstream} (ib_core taint '${taint}': ${taint:+out-of-tree, }$([[ ${VM_RDMA:-} == ofed ]] &&
+	echo "patched with the GID namespace check of DOCA-OFED" || echo "the kernel's own"))"
+
+# The node's own addresses on the rails, as on the field report's nodes: GIDs of the host.
+for i in "${!rails[@]}"; do ip addr add "10.8.$i.1/24" dev "${rails[i]}"; done
+sleep 1 # the kernel adds a GID from a work item
 
 ip netns add "$pod"
 in_pod ip link set lo up
+
+heading "Before roce-ipvlan: the pod has the RDMA devices, but no netdev on a rail"
+dev=$(rail_rdma_dev "${rails[0]}")
+base=/sys/class/infiniband/$dev/ports/1
+for n in 0 1; do
+	printf 'host: %s/1 [%s] %s  %s ndev=%s\n' "$dev" "$n" "$(cat "$base/gids/$n")" \
+		"$(cat "$base/gid_attrs/types/$n")" "$(cat "$base/gid_attrs/ndevs/$n")"
+done
+for n in 0 1; do
+	printf 'pod:  %s/1 [%s] %s  ' "$dev" "$n" "$(in_pod cat "$base/gids/$n")"
+	# On the OFED view the read fails (EINVAL): show the error as the field report does.
+	{ in_pod cat "$base/gid_attrs/types/$n" 2>&1 || true; } | tr '\n' ' '
+	echo
+done
+echo "pod:  ibv_devinfo -v -d $dev (the query ioctl, not filtered):"
+in_pod ibv_devinfo -v -d "$dev" | grep -E 'GID\[ *[01]\]' || true
+if [[ ${VM_RDMA:-} == ofed ]]; then
+	[[ $(in_pod cat "$base/gids/1") == "$zero" ]] || problems+=("the pod reads the host's GID on $dev: not the OFED view")
+	echo "-> every GID reads zero in the pod, and verbs that address from them fail (ENODEV)"
+else
+	echo "-> upstream view: the pod reads the host's GIDs; run 'make demo' for the OFED view"
+fi
 for i in "${!rails[@]}"; do
 	jq -n --arg rail "${rails[i]}" '{cniVersion: "1.0.0", name: "demo-rails", type: "roce-ipvlan",
 		master: $rail, mode: "l2", ipam: {type: "host-local", subnet: "10.9.0.0/16",
@@ -38,9 +71,11 @@ for i in "${!rails[@]}"; do
 	read -r dev port idx gid < <(in_pod cat "/sys/class/net/$ifn/ifalias" |
 		sed -E 's/rdma_dev=(\S+) port=(\S+) gid_index=(\S+) gid=(\S+)/\1 \2 \3 \4/')
 	printf '%-7s %-6s %-14s %-6s %-4s %-9s %s\n' "${rails[i]}" "$ifn" "$addr" "$dev" "$port" "$idx" "$gid"
+	[[ $(in_pod cat "/sys/class/infiniband/$dev/ports/$port/gids/$idx") != "$zero" ]] ||
+		problems+=("the pod reads zero at $dev GID $idx, the index ADD reported for $ifn")
 done
 
-heading "GID tables as the pod sees them (non-zero entries)"
+heading "GID tables as the pod sees them (non-zero entries: on the OFED view only its children's)"
 for i in "${!rails[@]}"; do
 	dev=$(rail_rdma_dev "${rails[i]}")
 	for f in $(in_pod grep -L '^0000:0000:0000:0000:0000:0000:0000:0000$' /sys/class/infiniband/"$dev"/ports/1/gids/*); do

@@ -9,9 +9,10 @@ export HOME=/root TERM=${TERM:-linux}
 ln -sfn /proc/self/fd /dev/fd
 ln -sf /proc/self/fd/0 /dev/stdin; ln -sf /proc/self/fd/1 /dev/stdout; ln -sf /proc/self/fd/2 /dev/stderr
 
-# The host root carries the host's modules; the VM kernel's own come from the unpacked .deb.
+# The host root carries the host's modules; the VM kernel's own come from the unpacked .deb, or
+# with VM_RDMA=ofed from the copy of that tree with the OFED-view RDMA core (ofed/build.sh).
 mkdir -p "/lib/modules/$ROCE_KVER"
-mount --bind "$ROCE_KDIR/lib/modules/$ROCE_KVER" "/lib/modules/$ROCE_KVER"
+mount --bind "$ROCE_MODROOT/lib/modules/$ROCE_KVER" "/lib/modules/$ROCE_KVER"
 
 # shellcheck source=tests/vm/lib.sh
 source "$ROCE_REPO/tests/vm/lib.sh"

@@ -17,6 +17,18 @@ vm_modules() {
 	# Newer kernels (7.x) have no crc32_generic: rxe calls the crc32 library directly there.
 	modprobe -a virtio_net rdma_rxe ib_uverbs ipvlan
 	if modinfo crc32_generic >/dev/null 2>&1; then modprobe crc32_generic; fi
+	vm_check_rdma_view
+}
+
+vm_check_rdma_view() {
+	# The OFED-view ib_core is built out of tree (taint O, as DKMS builds of DOCA-OFED are);
+	# the kernel's own is not. A test must never run on another view than the one asked for.
+	local taint
+	taint=$(cat /sys/module/ib_core/taint)
+	local want=upstream
+	[[ $taint == *O* ]] && want=ofed
+	[[ ${VM_RDMA:-upstream} == "$want" ]] ||
+		{ echo "vm: VM_RDMA=${VM_RDMA:-upstream} but ib_core's taint is '$taint' (the $want view)" >&2; return 1; }
 }
 
 vm_nic_by_index() { # print the netdev whose MAC says "NIC number $1" (see run.sh)

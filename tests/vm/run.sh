@@ -13,6 +13,9 @@
 #   VM_PEERS         how many rails (the first N) get a peer NIC (default: all); QEMU's PCI bus
 #                    has 32 slots, so 16 rails fit only with few peers (make bench uses 4)
 #   VM_KERNEL        default (bookworm, 6.1) or backports (trixie-backports, 7.x); see kernel.sh
+#   VM_RDMA          upstream (default): the kernel's own RDMA core; ofed: the same kernel with
+#                    the RDMA core patched to hide other namespaces' GIDs as DOCA-OFED's does,
+#                    built and cached by ofed/build.sh (docs/testing.md, "The OFED view")
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -33,6 +36,13 @@ plugin=${ROCE_IPVLAN_BIN:-$repo/target/debug/roce-ipvlan}
 
 kdir=$("$here/kernel.sh")
 kver=$(cat "$kdir/version")
+# The module tree the VM uses: the kernel's own, or a copy with the OFED-view RDMA core in it.
+rdma=${VM_RDMA:-upstream}
+case $rdma in
+upstream) mroot=$kdir ;;
+ofed) mroot=$("$here/ofed/build.sh" "$kdir") ;;
+*) echo "run.sh: VM_RDMA must be 'upstream' or 'ofed', not '$rdma'" >&2; exit 2 ;;
+esac
 cnidriver=$("$repo/tests/cnidriver/build.sh")
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/roce-vm.XXXXXX")
@@ -52,7 +62,7 @@ for applet in sh mount umount insmod mkdir chroot setsid poweroff cat echo grep 
 	ln -s busybox "$ird/bin/$applet"
 done
 install -m 0755 "$here/init" "$ird/init"
-mdir=$kdir/lib/modules/$kver
+mdir=$mroot/lib/modules/$kver
 : >"$ird/modules.load"
 for want in virtio_pci 9pnet_virtio 9p overlay; do
 	line=$(grep -E "/$want\.ko(\.[a-z]+)?:" "$mdir/modules.dep") || {
@@ -81,7 +91,7 @@ done
 
 # --- what the VM runs: boot.sh in the share, sourced by /init inside the chroot. ---
 {
-	echo "export ROCE_REPO=$(printf %q "$repo") ROCE_KDIR=$(printf %q "$kdir") ROCE_KVER=$kver"
+	echo "export ROCE_REPO=$(printf %q "$repo") ROCE_MODROOT=$(printf %q "$mroot") ROCE_KVER=$kver VM_RDMA=$rdma"
 	echo "export ROCE_IPVLAN_BIN=$(printf %q "$plugin") CNIDRIVER=$(printf %q "$cnidriver")"
 	echo "export VM_RAILS=$(printf %q "$rails") VM_BARE_NICS=$(printf %q "$bare") VM_VERBOSE=$(printf %q "${VM_VERBOSE:-}") VM_PEERS=$peers"
 	printf 'cd %q\n' "$repo"
@@ -94,7 +104,7 @@ done
 # The VM mounts fresh tmpfs on /tmp, /var/tmp and /run (host contents there would only confuse
 # the tests). Host paths the run needs that live below them (a clone in /tmp, say) are listed
 # here, and /init bind-mounts them back from the host root.
-for p in "$repo" "$kdir" "$(dirname "$plugin")" "$(dirname "$cnidriver")"; do
+for p in "$repo" "$kdir" "$mroot" "$(dirname "$plugin")" "$(dirname "$cnidriver")"; do
 	case $p in /tmp/* | /var/tmp/* | /run/*) echo "$p" ;; esac
 done >"$share/keep-paths"
 

@@ -970,6 +970,7 @@ mod tests {
         let text = match name {
             "healthy-pod" => include_str!("fixtures/healthy-pod.json"),
             "ofed-pod-no-rail-netdev" => include_str!("fixtures/ofed-pod-no-rail-netdev.json"),
+            "ofed-vm-pod-no-attachment" => include_str!("fixtures/ofed-vm-pod-no-attachment.json"),
             "exclusive-no-device" => include_str!("fixtures/exclusive-no-device.json"),
             "ipv6-placeholder" => include_str!("fixtures/ipv6-placeholder.json"),
             "tentative-address" => include_str!("fixtures/tentative-address.json"),
@@ -1066,6 +1067,40 @@ mod tests {
             .as_deref()
             .unwrap()
             .contains("attach a roce-ipvlan network"));
+        assert!(codes(&report, Severity::Error).contains(&"no-netdev-on-any-rail"));
+    }
+
+    /// A live snapshot, not a hand-made one: `roce-ipvlan diagnose --netns <pod> --json` (its
+    /// "snapshot") in the test VM on the OFED view (VM_RDMA=ofed, Debian 6.1 with
+    /// tests/vm/ofed/ib_core-gid-netns-check.patch), from a netns with no netdev on any rail,
+    /// the rail rdma0 holding 10.30.0.1. Trimmed to rxe0 and rxe1 and their first 4 GID slots
+    /// of 1024 (the rest read zero from both views).
+    #[test]
+    fn ofed_vm_pod_without_attachment_from_live_snapshot() {
+        let report = analyze(&fixture("ofed-vm-pod-no-attachment"));
+        assert!(!report.healthy);
+        // No mlx_compat or version here: the out-of-tree taint alone tells the OFED build.
+        assert_eq!(report.ib_core.flavor, Flavor::Ofed);
+        let port = &report.ports[0];
+        assert_eq!(port.rail.as_deref(), Some("rdma0"));
+        assert_eq!(port.gids[0].class, GidClass::Hidden);
+        assert_eq!(port.gids[1].class, GidClass::Hidden);
+        assert_eq!(port.gids[1].host_ndev.as_deref(), Some("rdma0"));
+        assert_eq!(
+            port.gids[1].host_gid,
+            Some("::ffff:10.30.0.1".parse().unwrap())
+        );
+        assert_eq!(port.gids[2].class, GidClass::EmptyOrHidden);
+        let f = message(&report, "no-rail-netdev");
+        assert_eq!(f.severity, Severity::Error);
+        assert!(
+            f.message.starts_with(
+                "RDMA devices present but no netdev on rail rdma0 (rxe0 port 1) in this \
+                 namespace: its GIDs are hidden by the OFED GID check (2 slots read zero here"
+            ),
+            "{}",
+            f.message
+        );
         assert!(codes(&report, Severity::Error).contains(&"no-netdev-on-any-rail"));
     }
 

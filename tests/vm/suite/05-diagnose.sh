@@ -1,6 +1,6 @@
 # roce-ipvlan diagnose on a real kernel with Soft-RoCE rails (docs/troubleshooting.md).
-# This is the kernel's own ib_core: every GID is visible from every namespace, so "hidden" GIDs
-# (the DOCA-OFED check) cannot be provoked here; the unit tests cover them on recorded snapshots.
+# This is the kernel's own ib_core: every GID is visible from every namespace. "Hidden" GIDs (the
+# DOCA-OFED check) are provoked on the OFED view by 12-ofed.sh (test_ofed_diagnose_live).
 
 diag() { "$CNI_BIN_DIR/roce-ipvlan" diagnose "$@"; }
 

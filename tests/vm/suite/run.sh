@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Run the VM test suite (inside the VM; tests/vm/run.sh boots it):
 #   tests/vm/suite/run.sh [PATTERN...]   run tests whose name matches any ERE PATTERN
-# Without a PATTERN, all but test_traffic_* (they need VM_KERNEL=backports: make vm-traffic).
+# Without a PATTERN, all but test_traffic_* (they need VM_KERNEL=backports: make vm-traffic), and
+# of 12-ofed.sh only the tests of the RDMA view the VM booted: test_ofed_* with VM_RDMA=ofed,
+# test_upstream_* without (make vm-ofed; each fails on the other view).
 # Prints one line per test and ends with "vm: N passed, M failed". Exits non-zero when a test
 # failed or when nothing ran.
 set -euo pipefail
@@ -19,6 +21,9 @@ for file in "$here"/[0-9]*.sh; do
 			((match)) || continue
 		elif [[ $t == test_traffic_* ]]; then
 			continue # needs the backports kernel: 'make vm-traffic' (90-traffic.sh)
+		elif [[ $t == test_ofed_* && ${VM_RDMA:-upstream} != ofed ]] ||
+			[[ $t == test_upstream_* && ${VM_RDMA:-upstream} != upstream ]]; then
+			continue # the other RDMA view's (12-ofed.sh)
 		fi
 		log=$(mktemp)
 		start=$SECONDS
