@@ -5,8 +5,9 @@ use std::net::IpAddr;
 
 use serde_json::Value;
 
+use crate::budget::Budget;
 use crate::cni::{CniResult, Env, Interface, IpConfig, Roce};
-use crate::config::NetConf;
+use crate::config::{NetConf, SlaacConf};
 use crate::error::{Error, Result};
 use crate::ipam::Ipam;
 use crate::netlink::{AddrEvents, Link, Netlink};
@@ -15,7 +16,7 @@ use crate::rail;
 use crate::rdma::{self, GidType, RdmaPort, Sysfs, WaitError};
 use crate::routing::{self, RULE_PRIORITY};
 use crate::slaac;
-use crate::sysctl::{self, Sysctl};
+use crate::sysctl;
 use crate::undo::UndoStack;
 use ipnetwork::IpNetwork;
 
@@ -28,7 +29,7 @@ enum Step {
     Ipam,
     /// A pod-wide sysctl and the value it had before.
     Sysctl {
-        sysctl: Sysctl,
+        saved: sysctl::Saved,
     },
     Rule {
         source: IpAddr,
@@ -46,10 +47,12 @@ struct Ready<'a> {
     master: Link,
     port: RdmaPort,
     ipam: Option<Ipam<'a>>,
+    budget: Budget,
 }
 
 pub async fn add(env: &Env, conf: &NetConf) -> Result<Value> {
-    let ready = validate(env, conf).await?;
+    let budget = Budget::start(conf.timeouts.total);
+    let ready = validate(env, conf, budget).await?;
     tracing::debug!(rdma = %ready.port, "validated");
     let mut undo = UndoStack::default();
     match build(&ready, &mut undo).await {
@@ -62,7 +65,7 @@ pub async fn add(env: &Env, conf: &NetConf) -> Result<Value> {
     }
 }
 
-async fn validate<'a>(env: &'a Env, conf: &'a NetConf) -> Result<Ready<'a>> {
+async fn validate<'a>(env: &'a Env, conf: &'a NetConf, budget: Budget) -> Result<Ready<'a>> {
     let netns_path = env
         .netns
         .as_deref()
@@ -112,6 +115,7 @@ async fn validate<'a>(env: &'a Env, conf: &'a NetConf) -> Result<Ready<'a>> {
         master,
         port,
         ipam,
+        budget,
     })
 }
 
@@ -167,7 +171,7 @@ async fn build(r: &Ready<'_>, undo: &mut UndoStack<Step>) -> Result<Value> {
             // unusable (not JSON, no address) or failed half-way still gets its DEL, which the
             // spec requires to be harmless for an allocation that does not exist.
             undo.push(Step::Ipam);
-            ipam.add()?
+            ipam.add(r.budget.share(conf.timeouts.ipam))?
         }
         None => CniResult::default(),
     };
@@ -184,8 +188,8 @@ async fn build(r: &Ready<'_>, undo: &mut UndoStack<Step>) -> Result<Value> {
         )?);
     }
     let (saved, written) = r.netns.run(|| sysctl::apply(&sysctls))?;
-    for sysctl in saved {
-        undo.push(Step::Sysctl { sysctl });
+    for saved in saved {
+        undo.push(Step::Sysctl { saved });
     }
     written?;
 
@@ -217,7 +221,20 @@ async fn build(r: &Ready<'_>, undo: &mut UndoStack<Step>) -> Result<Value> {
         (Some(slaac_conf), Some(events)) => {
             let source = slaac::rs_source(&pod.addresses6(child.index).await?);
             slaac::solicit_router(&r.netns, child.index, &child.mac, source)?;
-            let found = slaac::wait(events, pod, child.index, &r.master.name, slaac_conf).await?;
+            let share = r.budget.share(slaac_conf.ra_timeout);
+            let slaac_conf = SlaacConf {
+                ra_timeout: share.limit,
+                ..slaac_conf.clone()
+            };
+            let found = slaac::wait(events, pod, child.index, &r.master.name, &slaac_conf)
+                .await
+                .map_err(|e| match e {
+                    Error::Slaac(msg) if share.cut => Error::Slaac(format!(
+                        "{msg} (the wait was cut to what was left of timeouts.totalMs {} ms)",
+                        r.conf.timeouts.total.as_millis()
+                    )),
+                    other => other,
+                })?;
             let plan = routing::slaac_plan(
                 child.index,
                 found.network,
@@ -278,7 +295,8 @@ async fn build(r: &Ready<'_>, undo: &mut UndoStack<Step>) -> Result<Value> {
 /// v2 GID of the child's address is in the port's table.
 async fn wait_for_gid(r: &Ready<'_>, addr: IpAddr) -> Result<Roce> {
     let gid = rdma::roce_gid(addr);
-    let timeout = r.conf.rdma.gid_timeout;
+    let share = r.budget.share(r.conf.rdma.gid_timeout);
+    let timeout = share.limit;
     let port = r.port.clone();
     let waited = r
         .netns
@@ -292,7 +310,7 @@ async fn wait_for_gid(r: &Ready<'_>, addr: IpAddr) -> Result<Roce> {
             gid_type: GidType::RoceV2.to_string(),
         }),
         Err(WaitError::Timeout { last }) => Err(Error::GidTimeout(format!(
-            "the RoCE v2 GID {gid} of {} ({addr}) did not appear on {} port {} within {} ms, \
+            "the RoCE v2 GID {gid} of {} ({addr}) did not appear on {} port {} within {}, \
              reading /sys/class/infiniband from inside the pod's network namespace; visible there: \
              {}. Likely causes: {} is not the RDMA device of rail {} (check `rdma link show`), \
              the RDMA subsystem is in exclusive netns mode (`rdma system show`), or the NIC \
@@ -300,7 +318,7 @@ async fn wait_for_gid(r: &Ready<'_>, addr: IpAddr) -> Result<Roce> {
             r.env.ifname,
             r.port.device,
             r.port.port,
-            timeout.as_millis(),
+            share.describe(r.conf.timeouts.total),
             last.map(|t| t.summary())
                 .unwrap_or_else(|| "nothing could be read".into()),
             r.port.device,
@@ -343,7 +361,7 @@ async fn rollback(r: &Ready<'_>, undo: UndoStack<Step>) {
     for step in undo.unwind() {
         let outcome = match &step {
             Step::Rule { source, table } => delete_rule(&r.pod, *source, *table).await,
-            Step::Sysctl { sysctl } => r.netns.run(|| sysctl::write(sysctl)).and_then(|x| x),
+            Step::Sysctl { saved } => saved.restore(),
             Step::Ipam => match &r.ipam {
                 Some(ipam) => ipam.del(None),
                 None => Ok(()),

@@ -44,6 +44,14 @@ struct RawConf {
     log_file: Option<PathBuf>,
     log_level: Option<String>,
     prev_result: Option<Value>,
+    timeouts: Option<RawTimeouts>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawTimeouts {
+    total_ms: Option<u64>,
+    ipam_ms: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -85,7 +93,33 @@ pub struct NetConf {
     pub raw: Value,
     /// Where Multus wants the device-info document (`runtimeConfig.CNIDeviceInfoFile`).
     pub device_info_file: Option<PathBuf>,
+    pub timeouts: Timeouts,
 }
+
+/// Limits of one invocation's waiting (budget.rs; docs/configuration.md, "Time limits").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// Everything one ADD may wait for: the attachment lock, IPAM, the RA and the GID.
+    pub total: Duration,
+    /// One IPAM call (with its VERSION retry); within ADD also cut to what `total` leaves.
+    pub ipam: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            total: DEFAULT_TOTAL_TIMEOUT,
+            ipam: DEFAULT_IPAM_TIMEOUT,
+        }
+    }
+}
+
+/// Default `timeouts.totalMs`: room for the default IPAM, RA and GID waits of a healthy node
+/// many times over, and an 8-rail pod whose every rail fails (each in at most totalMs plus
+/// ipamMs for the IPAM release) still gets its errors within the kubelet's 4-minute
+/// RunPodSandbox deadline (budget.rs).
+pub const DEFAULT_TOTAL_TIMEOUT: Duration = Duration::from_millis(20_000);
+pub const DEFAULT_IPAM_TIMEOUT: Duration = Duration::from_millis(10_000);
 
 #[derive(Debug, Clone)]
 pub struct Ipam {
@@ -257,6 +291,7 @@ impl NetConf {
                 }
             }
         };
+        let timeouts = timeouts(conf.timeouts)?;
         if let Some(level) = &conf.log_level {
             if !["error", "warn", "info", "debug", "trace"].contains(&level.as_str()) {
                 return bad(format!(
@@ -302,8 +337,28 @@ impl NetConf {
             device_info_file: crate::device_info::file_from_runtime_config(
                 conf.runtime_config.as_ref(),
             )?,
+            timeouts,
         })
     }
+}
+
+fn timeouts(raw: Option<RawTimeouts>) -> Result<Timeouts> {
+    let Some(raw) = raw else {
+        return Ok(Timeouts::default());
+    };
+    let ms = |v: Option<u64>, default: Duration, key: &str| -> Result<Duration> {
+        let ms = v.unwrap_or(default.as_millis() as u64);
+        if ms == 0 || ms > MAX_GID_TIMEOUT_MS {
+            return Err(Error::InvalidConfig(format!(
+                "\"timeouts.{key}\" is {ms}: expected 1..={MAX_GID_TIMEOUT_MS} (milliseconds)"
+            )));
+        }
+        Ok(Duration::from_millis(ms))
+    };
+    Ok(Timeouts {
+        total: ms(raw.total_ms, DEFAULT_TOTAL_TIMEOUT, "totalMs")?,
+        ipam: ms(raw.ipam_ms, DEFAULT_IPAM_TIMEOUT, "ipamMs")?,
+    })
 }
 
 fn slaac_conf(v6: RawIpv6) -> Result<SlaacConf> {
@@ -424,6 +479,7 @@ mod tests {
         assert!(c.source_routing);
         assert_eq!(c.sysctls.len(), 6);
         assert_eq!(c.rdma.gid_timeout, DEFAULT_GID_TIMEOUT);
+        assert_eq!(c.timeouts, Timeouts::default());
         assert!(c.rdma.device.is_none());
     }
 
@@ -463,6 +519,17 @@ mod tests {
         refused(with("rdma", json!({"port": 0})), 7, "count from 1");
         refused(with("rdma", json!({"gidTimeoutMs": 0})), 7, "gidTimeoutMs");
         refused(with("rdma", json!({"devcie": "mlx5_0"})), 7, "devcie");
+        refused(
+            with("timeouts", json!({"totalMs": 0})),
+            7,
+            "timeouts.totalMs",
+        );
+        refused(
+            with("timeouts", json!({"ipamMs": 120_001})),
+            7,
+            "timeouts.ipamMs",
+        );
+        refused(with("timeouts", json!({"gidMs": 5})), 7, "gidMs");
         refused(with("rdma", json!({"device": "../x"})), 7, "rdma.device");
         refused(with("logLevel", json!("loud")), 7, "logLevel");
         refused(with("logFile", json!("rel.log")), 7, "absolute");
@@ -493,6 +560,16 @@ mod tests {
         let err = NetConf::parse(text.as_bytes(), "net1").unwrap_err();
         assert_eq!(err.code(), 7);
         assert!(err.to_string().contains("twice"), "{err}");
+    }
+
+    #[test]
+    fn timeouts_default_and_override() {
+        let c = parse(&with("timeouts", json!({"totalMs": 5000}))).unwrap();
+        assert_eq!(c.timeouts.total, Duration::from_millis(5000));
+        assert_eq!(c.timeouts.ipam, DEFAULT_IPAM_TIMEOUT);
+        let c = parse(&with("timeouts", json!({"ipamMs": 700}))).unwrap();
+        assert_eq!(c.timeouts.total, DEFAULT_TOTAL_TIMEOUT);
+        assert_eq!(c.timeouts.ipam, Duration::from_millis(700));
     }
 
     #[test]

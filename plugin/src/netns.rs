@@ -97,10 +97,14 @@ impl Netns {
     }
 
     /// Runs `f` on a fresh thread that has entered this namespace; the thread ends with `f`.
+    ///
+    /// A thread that cannot be created (EAGAIN: the pod sandbox's or the runtime's `pids.max`)
+    /// is an error, not a panic: ADD is then mid-way and its undo must still run.
     pub fn run<T: Send>(&self, f: impl FnOnce() -> T + Send) -> Result<T> {
         std::thread::scope(|scope| {
-            scope
-                .spawn(|| {
+            std::thread::Builder::new()
+                .name("netns".into())
+                .spawn_scoped(scope, || {
                     setns(self.fd.as_fd(), CloneFlags::CLONE_NEWNET).map_err(|e| {
                         Error::Netns(format!(
                             "cannot enter network namespace {}: {e}",
@@ -109,6 +113,16 @@ impl Netns {
                     })?;
                     Ok(f())
                 })
+                .map_err(|e| {
+                    Error::io(
+                        format!(
+                            "cannot start a thread to enter network namespace {} (a pids \
+                             limit of the plugin's cgroup?)",
+                            self.path.display()
+                        ),
+                        e,
+                    )
+                })?
                 .join()
                 .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
         })

@@ -252,3 +252,29 @@ fn secrets_in_the_configuration_are_never_logged() {
     let ipam_saw = std::fs::read_to_string(&seen).unwrap();
     assert!(ipam_saw.contains(SECRET), "the IPAM plugin got its config");
 }
+
+/// stdout and stderr a pipe whose reader is gone (an orphaned plugin of a killed Multus): every
+/// write fails with EPIPE, which must not be a panic (exit 101; an abort in release builds).
+#[test]
+fn broken_stdout_and_stderr_are_not_a_panic() {
+    let (read, write) = nix::unistd::pipe().unwrap();
+    drop(read);
+    let mut conf = conf();
+    conf["logLevel"] = json!("debug");
+    let mut child = Command::new(BIN)
+        .env_clear()
+        .envs(add_env("/proc/self/ns/net"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::from(write.try_clone().unwrap()))
+        .stderr(Stdio::from(write))
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(conf.to_string().as_bytes())
+        .unwrap();
+    // The missing rail fails the ADD (code 100): exit status 1, as with a reader.
+    assert_eq!(child.wait().unwrap().code(), Some(1));
+}
