@@ -181,6 +181,13 @@ async fn build(r: &Ready<'_>, undo: &mut UndoStack<Step>) -> Result<Value> {
     if conf.slaac.is_none() && result.ips.iter().any(|ip| ip.address.is_ipv6()) {
         // An IPv6 address from IPAM (a placeholder, say) needs IPv6 on the child even when the
         // pod has it off by default; as the reference ipvlan plugin does, on this link only.
+        if !conf
+            .sysctls
+            .iter()
+            .any(|s| s.key.ends_with(".ndisc_notify"))
+        {
+            sysctls.push(sysctl::validate(sysctl::NDISC_NOTIFY, "1", &env.ifname)?);
+        }
         sysctls.push(sysctl::validate(
             "net.ipv6.conf.IFNAME.disable_ipv6",
             "0",

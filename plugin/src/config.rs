@@ -251,6 +251,7 @@ impl NetConf {
         } else {
             Vec::new()
         };
+        defaults.extend(sysctl::announce_defaults());
         if let Some(slaac) = &slaac {
             defaults.extend(sysctl::slaac_defaults(slaac.dad));
         }
@@ -477,7 +478,11 @@ mod tests {
         assert_eq!(c.rail.master.as_deref(), Some("rdma3"));
         assert_eq!(c.ipam.unwrap().kind, "host-local");
         assert!(c.source_routing);
-        assert_eq!(c.sysctls.len(), 6);
+        assert_eq!(c.sysctls.len(), 7);
+        assert!(c
+            .sysctls
+            .iter()
+            .any(|s| s.key == "net.ipv4.conf.net1.arp_notify" && s.value == "1"));
         assert_eq!(c.rdma.gid_timeout, DEFAULT_GID_TIMEOUT);
         assert_eq!(c.timeouts, Timeouts::default());
         assert!(c.rdma.device.is_none());
@@ -581,8 +586,9 @@ mod tests {
         v["rdma"] = json!({"device": "mlx5_6", "port": 1, "gidTimeoutMs": 1500});
         let c = parse(&v).unwrap();
         assert!(!c.source_routing);
-        assert_eq!(c.sysctls.len(), 1);
-        assert_eq!(c.sysctls[0].value, "2");
+        assert_eq!(c.sysctls.len(), 2);
+        assert_eq!(c.sysctls[0].key, "net.ipv4.conf.net1.arp_notify");
+        assert_eq!(c.sysctls[1].value, "2");
         assert_eq!(c.rdma.device.as_deref(), Some("mlx5_6"));
         assert_eq!(c.rdma.gid_timeout, Duration::from_millis(1500));
     }

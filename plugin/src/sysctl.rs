@@ -45,6 +45,18 @@ pub fn arp_defaults() -> Vec<(String, String)> {
     .collect()
 }
 
+/// Announcements when the child comes up, as the reference ipvlan and macvlan plugins set:
+/// children share the rail's MAC, and a pod's address moves between nodes (a rescheduled pod,
+/// a recycled IPAM address), so peers would keep a stale neighbour entry until it times out.
+/// `arp_notify` sends a gratuitous ARP for the IPv4 addresses on link up; its IPv6 twin,
+/// `ndisc_notify`, is [`NDISC_NOTIFY`], set only where the child uses IPv6.
+pub fn announce_defaults() -> Vec<(String, String)> {
+    vec![("net.ipv4.conf.IFNAME.arp_notify".into(), "1".into())]
+}
+
+/// An unsolicited neighbour advertisement for each IPv6 address once its DAD is done.
+pub const NDISC_NOTIFY: &str = "net.ipv6.conf.IFNAME.ndisc_notify";
+
 /// Per-interface IPv6 settings for SLAAC. IPv6 is enabled on this interface only, even when the
 /// pod has `all`/`default.disable_ipv6=1`, and enabled last: turning it on starts link-local
 /// DAD, which should already run with the DAD settings below.
@@ -74,6 +86,7 @@ pub fn slaac_defaults(dad: crate::config::DadMode) -> Vec<(String, String)> {
             v.push(("net.ipv6.conf.IFNAME.dad_transmits", "0"));
         }
     }
+    v.push((NDISC_NOTIFY, "1"));
     v.push(("net.ipv6.conf.IFNAME.disable_ipv6", "0"));
     v.into_iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
