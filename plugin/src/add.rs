@@ -10,6 +10,7 @@ use crate::cni::{CniResult, Env, Interface, IpConfig, Roce};
 use crate::config::{NetConf, SlaacConf};
 use crate::error::{Error, Result};
 use crate::ipam::Ipam;
+use crate::lock;
 use crate::netlink::{AddrEvents, Link, Netlink};
 use crate::netns::Netns;
 use crate::rail;
@@ -54,8 +55,14 @@ pub async fn add(env: &Env, conf: &NetConf) -> Result<Value> {
     let budget = Budget::start(conf.timeouts.total);
     let ready = validate(env, conf, budget).await?;
     tracing::debug!(rdma = %ready.port, "validated");
+    // Held until the ADD has finished or undone everything (lock.rs).
+    let _attachment = lock::acquire(
+        &lock::Key::attachment(&env.container_id, &env.ifname),
+        budget.remaining_at(std::time::Instant::now()),
+    )?;
+    let mut pod_lock = None;
     let mut undo = UndoStack::default();
-    match build(&ready, &mut undo).await {
+    match build(&ready, &mut undo, &mut pod_lock).await {
         Ok(doc) => Ok(doc),
         Err(err) => {
             tracing::warn!(error = %err, steps = undo.len(), "ADD failed; undoing");
@@ -159,7 +166,11 @@ pub(crate) fn rdma_port(conf: &NetConf, device: Option<&str>, master: &Link) -> 
     }
 }
 
-async fn build(r: &Ready<'_>, undo: &mut UndoStack<Step>) -> Result<Value> {
+async fn build(
+    r: &Ready<'_>,
+    undo: &mut UndoStack<Step>,
+    pod_lock: &mut Option<lock::Held>,
+) -> Result<Value> {
     let (env, conf, pod) = (r.env, r.conf, &r.pod);
     let child = create_child(r).await?;
     undo.push(Step::Link { index: child.index });
@@ -192,6 +203,15 @@ async fn build(r: &Ready<'_>, undo: &mut UndoStack<Step>) -> Result<Value> {
             "net.ipv6.conf.IFNAME.disable_ipv6",
             "0",
             &env.ifname,
+        )?);
+    }
+    if sysctls.iter().any(|s| s.pod_wide) {
+        // From here to the end of this ADD (or its undo), no other ADD into this pod may save
+        // or restore pod-wide values (lock.rs).
+        let (dev, ino) = r.netns.id()?;
+        *pod_lock = Some(lock::acquire(
+            &lock::Key::pod(dev, ino),
+            r.budget.remaining_at(std::time::Instant::now()),
         )?);
     }
     let (saved, written) = r.netns.run(|| sysctl::apply(&sysctls))?;

@@ -17,6 +17,7 @@ pub mod error;
 pub mod gc;
 pub mod install;
 pub mod ipam;
+pub mod lock;
 pub mod logging;
 pub mod netlink;
 pub mod netns;

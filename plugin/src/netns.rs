@@ -88,6 +88,17 @@ impl Netns {
         }
     }
 
+    /// The namespace's device and inode: the same for every path and fd that names it.
+    pub fn id(&self) -> Result<(u64, u64)> {
+        let st = nix::sys::stat::fstat(&self.fd).map_err(|e| {
+            Error::Netns(format!(
+                "cannot stat CNI_NETNS {}: {e}",
+                self.path.display()
+            ))
+        })?;
+        Ok((st.st_dev, st.st_ino))
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }
