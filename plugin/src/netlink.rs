@@ -377,6 +377,34 @@ impl Netlink {
         Ok(routes.iter().any(|r| route_table(r) == table))
     }
 
+    /// The destinations of the routes of `family` in `table` (`0.0.0.0/0` or `::/0` for a
+    /// default route).
+    pub async fn table_destinations(&self, table: u32, v6: bool) -> Result<Vec<IpNetwork>> {
+        use netlink_packet_route::route::{RouteAddress, RouteAttribute};
+        let routes = self.routes(v6).await?;
+        Ok(routes
+            .iter()
+            .filter(|r| route_table(r) == table)
+            .filter_map(|r| {
+                let len = r.header.destination_prefix_length;
+                let addr = r
+                    .attributes
+                    .iter()
+                    .find_map(|a| match a {
+                        RouteAttribute::Destination(RouteAddress::Inet(a)) => Some(IpAddr::V4(*a)),
+                        RouteAttribute::Destination(RouteAddress::Inet6(a)) => Some(IpAddr::V6(*a)),
+                        _ => None,
+                    })
+                    .unwrap_or(if v6 {
+                        IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED)
+                    } else {
+                        IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)
+                    });
+                IpNetwork::new(addr, len).ok()
+            })
+            .collect())
+    }
+
     async fn routes(&self, v6: bool) -> Result<Vec<netlink_packet_route::route::RouteMessage>> {
         let mut b = RouteMessageBuilder::<IpAddr>::new();
         b.get_mut().header.address_family = if v6 {
