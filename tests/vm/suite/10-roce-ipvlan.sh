@@ -226,9 +226,10 @@ test_child_announces_its_addresses_on_link_up() {
 	for ip in $v4 $v6; do
 		ip -n garppeer neigh replace "$ip" lladdr 02:00:00:00:00:99 dev peer3 nud stale
 	done
-	jq -n --arg v4 $v4 --arg v6 $v6 '{cniVersion: "1.0.0", name: "garp", type: "roce-ipvlan", master: "rdma3",
+	jq -n --arg v4 $v4 --arg v6 $v6 --argjson limits "$VM_TIMEOUTS" '{cniVersion: "1.0.0", name: "garp",
+		type: "roce-ipvlan", master: "rdma3",
 		ipam: {type: "host-local", ranges: [[{subnet: "10.9.40.0/24", rangeStart: $v4, rangeEnd: $v4}],
-			[{subnet: "fd00:40::/64", rangeStart: $v6, rangeEnd: $v6}]]}}' >/tmp/garp.conf
+			[{subnet: "fd00:40::/64", rangeStart: $v6, rangeEnd: $v6}]]}} + $limits' >/tmp/garp.conf
 	assert_ok cni_exec ADD /tmp/garp.conf /run/netns/garp
 	mac=$(cat /sys/class/net/rdma3/address)
 	for ip in $v4 $v6; do

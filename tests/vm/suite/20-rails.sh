@@ -4,9 +4,9 @@
 
 # rail_conf FILE NAME SUBNET EXTRA_JSON: a roce-ipvlan config with host-local and no "master"
 rail_conf() {
-	jq -n --arg name "$2" --arg subnet "$3" --argjson extra "$4" \
+	jq -n --arg name "$2" --arg subnet "$3" --argjson extra "$4" --argjson limits "$VM_TIMEOUTS" \
 		'{cniVersion: "1.0.0", name: $name, type: "roce-ipvlan",
-		  ipam: {type: "host-local", subnet: $subnet}} + $extra' >"$1"
+		  ipam: {type: "host-local", subnet: $subnet}} + $limits + $extra' >"$1"
 }
 
 rail_pci() { # rail_pci NETDEV: the PCI address of the NIC (virtio-net sits one level below it)
@@ -124,9 +124,10 @@ test_ipv6_ipam_two_rails_same_routes_and_check() {
 	local -a tables addrs
 	new_pod v6two
 	for n in 1 2; do
-		jq -n --arg rail "rdma$n" '{cniVersion: "1.0.0", name: "v6two", type: "roce-ipvlan", master: $rail,
+		jq -n --arg rail "rdma$n" --argjson limits "$VM_TIMEOUTS" '{cniVersion: "1.0.0", name: "v6two",
+			type: "roce-ipvlan", master: $rail,
 			ipam: {type: "host-local", ranges: [[{subnet: "fd00:41::/64"}]],
-				routes: [{dst: "fd00:99::/64", gw: "fd00:41::1"}]}}' >"/tmp/v6two.$n.conf"
+				routes: [{dst: "fd00:99::/64", gw: "fd00:41::1"}]}} + $limits' >"/tmp/v6two.$n.conf"
 		assert_ok cni_exec ADD "/tmp/v6two.$n.conf" /run/netns/v6two "net$n" v6two
 		echo "$OUT" >"/tmp/v6two.$n.result"
 		jq --slurpfile r "/tmp/v6two.$n.result" '. + {prevResult: $r[0]}' "/tmp/v6two.$n.conf" >"/tmp/v6two.$n.prev"

@@ -155,12 +155,13 @@ test_fault_kill_before_ipam_allocates_then_del() {
 
 # A hung IPAM plugin is killed at its deadline, with what it started, and what it allocated is
 # released by the IPAM DEL of the rollback. First its own limit (timeouts.ipamMs), then the
-# ADD's total budget (timeouts.totalMs) cuts it.
+# ADD's total budget (timeouts.totalMs) cuts it. The limits leave the fake (bash, jq and
+# host-local, under TCG) time to reach its hang; that it did is checked (its pid file).
 test_fault_ipam_hangs_after_allocating_is_killed_and_released() {
 	fault_setup fhang
 	fake_ipam ipam-hang hang
 	local ipam='{"type": "ipam-hang", "subnet": "'$FAULT_SUBNET'"}' what limits
-	for limits in '{"ipamMs": 3000}' '{"ipamMs": 60000, "totalMs": 4000}'; do
+	for limits in '{"ipamMs": 20000, "totalMs": 120000}' '{"ipamMs": 120000, "totalMs": 25000}'; do
 		roce_conf /tmp/f-hang.conf f-hang rdma2 1.0.0 "$FAULT_SUBNET" "{\"ipam\": $ipam, \"timeouts\": $limits}"
 		what="IPAM plugin hanging, timeouts $limits"
 		rm -f /run/fake-ipam/ipam-hang.{pid,helper}
@@ -169,9 +170,11 @@ test_fault_ipam_hangs_after_allocating_is_killed_and_released() {
 		((RC != 124)) || fail "$what: the ADD never returned"
 		assert_eq "$(cni_code "$OUT")" 103 "$what: code (stdout: $OUT)"
 		case $limits in
-		*totalMs*) assert_match "$OUT" 'ipam-hang ADD did not finish within [0-9]+ ms \(what was left of timeouts.totalMs 4000\) and was killed' "$what: message" ;;
-		*) assert_match "$OUT" 'ipam-hang ADD did not finish within 3000 ms and was killed.*timeouts' "$what: message" ;;
+		*'"totalMs": 25000'*) assert_match "$OUT" 'ipam-hang ADD did not finish within [0-9]+ ms \(what was left of timeouts.totalMs 25000\) and was killed' "$what: message" ;;
+		*) assert_match "$OUT" 'ipam-hang ADD did not finish within 20000 ms and was killed.*timeouts' "$what: message" ;;
 		esac
+		[[ -s /run/fake-ipam/ipam-hang.pid ]] ||
+			fail "$what: the fake IPAM was killed before it reached its hang (a host too slow for the limit)"
 		wait_dead "$(cat /run/fake-ipam/ipam-hang.pid)" "$what: the IPAM plugin"
 		wait_dead "$(cat /run/fake-ipam/ipam-hang.helper)" "$what: the IPAM plugin's helper (same process group)"
 		assert_match "$(cat /run/fake-ipam/ipam-hang.log)" 'DEL' "$what: the rollback ran IPAM DEL"

@@ -51,12 +51,19 @@ require_plugin() {
 		fail "roce-ipvlan binary not found (ROCE_IPVLAN_BIN=${ROCE_IPVLAN_BIN:-unset}); build it with 'make build'"
 }
 
+# The suite's configurations carry these time limits (configuration.md, "Time limits"): the
+# defaults (20 s per ADD, 10 s per IPAM call) are for a node, and the VM is emulated (TCG),
+# often next to other VMs on the same cores, where a bash fake IPAM with jq and host-local, or
+# 128 parallel ADDs queueing on host-local's lock, can take longer. Tests of the limits set
+# their own "timeouts" (the EXTRA_JSON below replaces this one).
+VM_TIMEOUTS='{"timeouts": {"totalMs": 120000, "ipamMs": 60000}}'
+
 # roce_conf FILE NAME MASTER VERSION SUBNET [EXTRA_JSON]: a roce-ipvlan config with host-local
 roce_conf() {
 	jq -n --arg name "$2" --arg master "$3" --arg v "$4" --arg subnet "$5" \
-		--argjson extra "${6:-{\}}" \
+		--argjson extra "${6:-{\}}" --argjson limits "$VM_TIMEOUTS" \
 		'{cniVersion: $v, name: $name, type: "roce-ipvlan", master: $master, mode: "l2",
-		  ipam: {type: "host-local", subnet: $subnet}} + $extra' >"$1"
+		  ipam: {type: "host-local", subnet: $subnet}} + $limits + $extra' >"$1"
 }
 
 # --- GIDs ---
@@ -235,6 +242,7 @@ fake_ipam() {
 
 alive() { # alive PID: the process exists and is not a zombie
 	local stat
+	[[ $1 =~ ^[0-9]+$ ]] || fail "alive: '$1' is not a process id"
 	stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
 	stat=${stat##*) }
 	[[ ${stat%% *} != Z ]]
