@@ -20,6 +20,7 @@ use crate::slaac;
 use crate::sysctl;
 use crate::undo::UndoStack;
 use ipnetwork::IpNetwork;
+use netlink_packet_route::link::InfoKind;
 
 /// A change made by ADD, and so something a failed ADD must take back.
 #[derive(Debug)]
@@ -28,9 +29,10 @@ enum Step {
         index: u32,
     },
     Ipam,
-    /// A pod-wide sysctl and the value it had before.
+    /// A pod-wide sysctl and the value it had before, written for the child `child`.
     Sysctl {
         saved: sysctl::Saved,
+        child: u32,
     },
     Rule {
         source: IpAddr,
@@ -60,9 +62,8 @@ pub async fn add(env: &Env, conf: &NetConf) -> Result<Value> {
         &lock::Key::attachment(&env.container_id, &env.ifname),
         budget.remaining_at(std::time::Instant::now()),
     )?;
-    let mut pod_lock = None;
     let mut undo = UndoStack::default();
-    match build(&ready, &mut undo, &mut pod_lock).await {
+    match build(&ready, &mut undo).await {
         Ok(doc) => Ok(doc),
         Err(err) => {
             tracing::warn!(error = %err, steps = undo.len(), "ADD failed; undoing");
@@ -166,11 +167,7 @@ pub(crate) fn rdma_port(conf: &NetConf, device: Option<&str>, master: &Link) -> 
     }
 }
 
-async fn build(
-    r: &Ready<'_>,
-    undo: &mut UndoStack<Step>,
-    pod_lock: &mut Option<lock::Held>,
-) -> Result<Value> {
+async fn build(r: &Ready<'_>, undo: &mut UndoStack<Step>) -> Result<Value> {
     let (env, conf, pod) = (r.env, r.conf, &r.pod);
     let child = create_child(r).await?;
     undo.push(Step::Link { index: child.index });
@@ -205,18 +202,21 @@ async fn build(
             &env.ifname,
         )?);
     }
-    if sysctls.iter().any(|s| s.pod_wide) {
-        // From here to the end of this ADD (or its undo), no other ADD into this pod may save
-        // or restore pod-wide values (lock.rs).
-        let (dev, ino) = r.netns.id()?;
-        *pod_lock = Some(lock::acquire(
-            &lock::Key::pod(dev, ino),
-            r.budget.remaining_at(std::time::Instant::now()),
-        )?);
-    }
+    // Saving and writing the pod-wide values is one step for the other ADDs into this pod,
+    // which may be undoing theirs (lock.rs); the child already exists, so an undo that runs
+    // after this step sees it.
+    let held = if sysctls.iter().any(|s| s.pod_wide) {
+        Some(pod_lock(r)?)
+    } else {
+        None
+    };
     let (saved, written) = r.netns.run(|| sysctl::apply(&sysctls))?;
+    drop(held);
     for saved in saved {
-        undo.push(Step::Sysctl { saved });
+        undo.push(Step::Sysctl {
+            saved,
+            child: child.index,
+        });
     }
     written?;
 
@@ -384,11 +384,44 @@ async fn install_routes(
     Ok(())
 }
 
+fn pod_lock(r: &Ready<'_>) -> Result<lock::Held> {
+    let (dev, ino) = r.netns.id()?;
+    lock::acquire(
+        &lock::Key::pod(dev, ino),
+        r.budget.remaining_at(std::time::Instant::now()),
+    )
+}
+
+/// Puts a pod-wide sysctl back, unless something else relies on the value this ADD wrote:
+/// another IPvlan child in the pod (a concurrent ADD that found the value already there, or an
+/// attachment made before), or a change since. Under the pod lock, so that no other ADD's
+/// sysctl step runs in between (lock.rs).
+async fn restore_pod_wide(r: &Ready<'_>, saved: &sysctl::Saved, child: u32) -> Result<()> {
+    let _pod = pod_lock(r)?;
+    let others: Vec<String> = r
+        .pod
+        .links()
+        .await?
+        .into_iter()
+        .filter(|l| l.index != child && l.kind == Some(InfoKind::IpVlan))
+        .map(|l| l.name)
+        .collect();
+    if !others.is_empty() {
+        tracing::info!(sysctl = %saved.old.key, ?others, "not restoring a pod-wide sysctl: other IPvlan children of the pod rely on it");
+        return Ok(());
+    }
+    if !saved.still_ours()? {
+        tracing::info!(sysctl = %saved.old.key, "not restoring a pod-wide sysctl: it was changed since ADD wrote it");
+        return Ok(());
+    }
+    saved.restore()
+}
+
 async fn rollback(r: &Ready<'_>, undo: UndoStack<Step>) {
     for step in undo.unwind() {
         let outcome = match &step {
             Step::Rule { source, table } => delete_rule(&r.pod, *source, *table).await,
-            Step::Sysctl { saved } => saved.restore(),
+            Step::Sysctl { saved, child } => restore_pod_wide(r, saved, *child).await,
             Step::Ipam => match &r.ipam {
                 Some(ipam) => ipam.del(None),
                 None => Ok(()),

@@ -2,10 +2,13 @@
 //! - ADD and DEL of one attachment (container id + ifname): the runtime gives up on an ADD
 //!   (Multus killed, a kubelet timeout) and sends DEL while that ADD, orphaned, still runs; the
 //!   DEL must not clean up half of it and leave the other half to be built after it;
-//! - ADDs into one pod from the pod-wide sysctl step on: a failed ADD restores the pod-wide
-//!   values it found (`all.rp_filter`), which must not happen under a concurrent ADD that found
-//!   the new value already there and relies on it. Multus runs one pod's attachments one after
-//!   the other, so this lock costs it nothing.
+//! - the pod-wide sysctls of one pod: an ADD saves and writes them (`all.rp_filter`), and a
+//!   failed ADD puts back what it found unless another IPvlan child of the pod relies on the
+//!   new value (add.rs, `restore_pod_wide`). Both are short steps under this lock, and an ADD
+//!   creates its child before its sysctl step, so an undo either sees that child or runs
+//!   before the other ADD saves (and then writes the value itself). The lock is not held over
+//!   the GID wait, so the ADDs of one pod still overlap (a first version held it to the end of
+//!   the ADD and serialised them: 80-concurrency's 4 parallel ADDs per pod timed out).
 //!
 //! A lock is a file per hash bucket, not per attachment or pod, so that their number stays
 //! bounded without ever deleting a lock file (which would race with its next user); two keys

@@ -194,6 +194,18 @@ impl Netlink {
         }
     }
 
+    /// Every link of this socket's namespace.
+    pub async fn links(&self) -> Result<Vec<Link>> {
+        self.handle
+            .link()
+            .get()
+            .execute()
+            .map_ok(parse_link)
+            .try_collect()
+            .await
+            .map_err(|e| Error::netlink("cannot list links", e))
+    }
+
     /// Creates an IPvlan L2 child of `master` (a link of this socket's namespace) directly in
     /// `target`, so it never appears in the host namespace.
     pub async fn create_ipvlan_l2(

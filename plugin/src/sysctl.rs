@@ -217,10 +217,23 @@ pub fn write(s: &Sysctl) -> Result<()> {
 #[derive(Debug)]
 pub struct Saved {
     pub old: Sysctl,
+    /// The value ADD wrote.
+    wrote: String,
     file: std::fs::File,
 }
 
 impl Saved {
+    /// Whether the sysctl still holds the value ADD wrote (nobody changed it since).
+    pub fn still_ours(&self) -> Result<bool> {
+        use std::os::unix::fs::FileExt;
+        let mut buf = [0u8; 512];
+        let n = self
+            .file
+            .read_at(&mut buf, 0)
+            .map_err(|e| Error::Sysctl(format!("cannot read {}: {e}", self.old.key)))?;
+        Ok(String::from_utf8_lossy(&buf[..n]).trim() == self.wrote)
+    }
+
     /// Writes the old value back (at offset 0: with kernel.sysctl_writes_strict, a write
     /// further on is ignored).
     pub fn restore(&self) -> Result<()> {
@@ -269,6 +282,7 @@ pub fn apply(list: &[Sysctl]) -> (Vec<Saved>, Result<()>) {
                     value: old,
                     ..s.clone()
                 },
+                wrote: s.value.clone(),
                 file,
             });
         }

@@ -3,7 +3,7 @@
 # Zero failures, zero leaks, and within each pod one routing table per child, numbered
 # 10000 + the child's ifindex. All attachments share one flat host-local range (the A100
 # layout), so host-local's own lock is exercised too, and so are roce-ipvlan's own (lock.rs:
-# per attachment, and per pod from the pod-wide sysctl step on).
+# per attachment, and per pod around the pod-wide sysctl steps).
 
 CONC_RAILS="rdma0 rdma1 rdma2 rdma3"
 
