@@ -121,7 +121,7 @@ test_rail_conflicting_inputs_refused_code_7() {
 test_ipv6_ipam_two_rails_same_routes_and_check() {
 	require_plugin
 	local n addr table routes
-	local -a tables addrs
+	local -a tables
 	new_pod v6two
 	for n in 1 2; do
 		jq -n --arg rail "rdma$n" --argjson limits "$VM_TIMEOUTS" '{cniVersion: "1.0.0", name: "v6two",
@@ -134,8 +134,8 @@ test_ipv6_ipam_two_rails_same_routes_and_check() {
 		addr=$(jq -r '.ips[0].address' <<<"$OUT")
 		addr=${addr%/*}
 		table=$((10000 + $(in_pod v6two cat "/sys/class/net/net$n/ifindex")))
-		addrs[n]=$addr tables[n]=$table
-		in_pod v6two ip -6 rule show | grep -E "^1000:[[:space:]]+from $addr lookup $table[[:space:]]*$" >/dev/null ||
+		tables[n]=$table
+		in_pod v6two ip -6 rule show | grep -E "^1000:[[:space:]]+from $addr lookup ${table}[[:space:]]*$" >/dev/null ||
 			fail "no rule 'from $addr lookup $table': $(in_pod v6two ip -6 rule show | tr '\n' ';')"
 		routes=$(in_pod v6two ip -6 route show table "$table")
 		assert_match "$routes" "fd00:99::/64 via fd00:41::1 dev net$n " "net$n: the IPAM route in table $table"
@@ -162,5 +162,5 @@ test_ipv6_ipam_two_rails_same_routes_and_check() {
 		assert_ok cni_exec DEL "/tmp/v6two.$n.prev" /run/netns/v6two "net$n" v6two
 	done
 	assert_eq "$(pod_rules v6two)" "" "source rules after DEL"
-	assert_eq "$(ls /var/lib/cni/networks/v6two 2>/dev/null | grep -c : || true)" 0 "host-local allocations after DEL"
+	assert_eq "$(compgen -G '/var/lib/cni/networks/v6two/*:*' || true)" "" "host-local allocations after DEL"
 }

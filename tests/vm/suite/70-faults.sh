@@ -358,11 +358,12 @@ test_fault_add_fails_late_with_broken_stdout_and_stderr() {
 	mkfifo /tmp/f-epipe.fifo
 	# Opened read-write first, so that opening it for writing does not block; then the only
 	# reader goes.
+	# shellcheck disable=SC2094 # one FIFO, both ends on purpose
 	exec {rw}<>/tmp/f-epipe.fifo {w}>/tmp/f-epipe.fifo
 	exec {rw}<&-
 	rc=0
 	CNI_COMMAND=ADD CNI_CONTAINERID=epipe CNI_NETNS=/run/netns/fepipe CNI_IFNAME=net1 \
-		CNI_PATH=$CNI_PATH "$CNI_BIN_DIR/roce-ipvlan" </tmp/f-epipe.conf >&"$w" 2>&"$w" || rc=$?
+		CNI_PATH=$CNI_PATH "$CNI_BIN_DIR/roce-ipvlan" </tmp/f-epipe.conf 1>&"$w" 2>&"$w" || rc=$?
 	exec {w}>&-
 	assert_eq "$rc" 1 "exit status of the ADD with a broken stdout and stderr"
 	assert_nothing_left fepipe f-epipe "ADD failing late with a broken stdout and stderr"
@@ -389,6 +390,7 @@ test_fault_add_under_a_small_pids_limit() {
 		echo "$max" >"$cg/roce-pids/pids.max"
 		# The plugin replaces the shell that moved itself into the cgroup: it is the only
 		# process there, and its threads and children count against the limit.
+		# shellcheck disable=SC2016 # expanded by the inner shell
 		run_cmd bash -c 'echo $BASHPID >/sys/fs/cgroup/roce-pids/cgroup.procs &&
 			CNI_COMMAND=ADD CNI_CONTAINERID=pids CNI_NETNS=/run/netns/fpids CNI_IFNAME=net1 \
 			exec "$CNI_BIN_DIR/roce-ipvlan"' <"$conf"

@@ -53,8 +53,7 @@ test_concurrency_failed_add_keeps_a_concurrent_adds_pod_wide_sysctl() {
 	pid1=$!
 	# The second starts once the first has written the pod-wide value; the first then waits
 	# 15 s for its GID, while the second needs a second or two.
-	local i
-	for i in $(seq 300); do
+	for _ in $(seq 300); do
 		[[ $(in_pod cpw sysctl -n net.ipv4.conf.all.rp_filter) == 0 ]] && break
 		kill -0 "$pid1" 2>/dev/null || fail "the first ADD ended before its sysctl step: $(cat /tmp/cpw-fail.out)"
 		sleep 0.1
@@ -80,10 +79,10 @@ test_concurrency_del_waits_for_its_orphaned_add() {
 	new_pod corph
 	roce_conf /tmp/corph.conf corph rdma3 1.0.0 10.9.82.0/24 \
 		'{"ipam": {"type": "ipam-orphan", "subnet": "10.9.82.0/24"}}'
-	local add del rc_add=0 rc_del=0 i
+	local add del rc_add=0 rc_del=0
 	cni_exec ADD /tmp/corph.conf /run/netns/corph net1 orphan >/tmp/corph-add.out 2>&1 &
 	add=$!
-	for i in $(seq 300); do
+	for _ in $(seq 300); do
 		[[ -s /run/fake-ipam/ipam-orphan.pid ]] && break
 		sleep 0.1
 	done
