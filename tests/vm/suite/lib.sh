@@ -56,7 +56,7 @@ require_plugin() {
 # often next to other VMs on the same cores, where a bash fake IPAM with jq and host-local, or
 # 128 parallel ADDs queueing on host-local's lock, can take longer. Tests of the limits set
 # their own "timeouts" (the EXTRA_JSON below replaces this one).
-VM_TIMEOUTS='{"timeouts": {"totalMs": 120000, "ipamMs": 60000}}'
+VM_TIMEOUTS='{"timeouts": {"totalMs": 120000, "ipamMs": 120000}}'
 
 # roce_conf FILE NAME MASTER VERSION SUBNET [EXTRA_JSON]: a roce-ipvlan config with host-local
 roce_conf() {
