@@ -5,19 +5,22 @@ use std::net::IpAddr;
 
 use serde_json::Value;
 
+use crate::budget::Budget;
 use crate::cni::{CniResult, Env, Interface, IpConfig, Roce};
-use crate::config::NetConf;
+use crate::config::{NetConf, SlaacConf};
 use crate::error::{Error, Result};
 use crate::ipam::Ipam;
+use crate::lock;
 use crate::netlink::{AddrEvents, Link, Netlink};
 use crate::netns::Netns;
 use crate::rail;
 use crate::rdma::{self, GidType, RdmaPort, Sysfs, WaitError};
 use crate::routing::{self, RULE_PRIORITY};
 use crate::slaac;
-use crate::sysctl::{self, Sysctl};
+use crate::sysctl;
 use crate::undo::UndoStack;
 use ipnetwork::IpNetwork;
+use netlink_packet_route::link::InfoKind;
 
 /// A change made by ADD, and so something a failed ADD must take back.
 #[derive(Debug)]
@@ -26,9 +29,10 @@ enum Step {
         index: u32,
     },
     Ipam,
-    /// A pod-wide sysctl and the value it had before.
+    /// A pod-wide sysctl and the value it had before, written for the child `child`.
     Sysctl {
-        sysctl: Sysctl,
+        saved: sysctl::Saved,
+        child: u32,
     },
     Rule {
         source: IpAddr,
@@ -46,11 +50,18 @@ struct Ready<'a> {
     master: Link,
     port: RdmaPort,
     ipam: Option<Ipam<'a>>,
+    budget: Budget,
 }
 
 pub async fn add(env: &Env, conf: &NetConf) -> Result<Value> {
-    let ready = validate(env, conf).await?;
+    let budget = Budget::start(conf.timeouts.total);
+    let ready = validate(env, conf, budget).await?;
     tracing::debug!(rdma = %ready.port, "validated");
+    // Held until the ADD has finished or undone everything (lock.rs).
+    let _attachment = lock::acquire(
+        &lock::Key::attachment(&env.container_id, &env.ifname),
+        budget.remaining_at(std::time::Instant::now()),
+    )?;
     let mut undo = UndoStack::default();
     match build(&ready, &mut undo).await {
         Ok(doc) => Ok(doc),
@@ -62,7 +73,7 @@ pub async fn add(env: &Env, conf: &NetConf) -> Result<Value> {
     }
 }
 
-async fn validate<'a>(env: &'a Env, conf: &'a NetConf) -> Result<Ready<'a>> {
+async fn validate<'a>(env: &'a Env, conf: &'a NetConf, budget: Budget) -> Result<Ready<'a>> {
     refuse_prev_result(conf)?;
     let netns_path = env
         .netns
@@ -115,6 +126,7 @@ async fn validate<'a>(env: &'a Env, conf: &'a NetConf) -> Result<Ready<'a>> {
         master,
         port,
         ipam,
+        budget,
     })
 }
 
@@ -226,7 +238,7 @@ async fn build(r: &Ready<'_>, undo: &mut UndoStack<Step>) -> Result<Value> {
             // unusable (not JSON, no address) or failed half-way still gets its DEL, which the
             // spec requires to be harmless for an allocation that does not exist.
             undo.push(Step::Ipam);
-            ipam.add()?
+            ipam.add(r.budget.share(conf.timeouts.ipam))?
         }
         None => CniResult::default(),
     };
@@ -236,15 +248,34 @@ async fn build(r: &Ready<'_>, undo: &mut UndoStack<Step>) -> Result<Value> {
     if conf.slaac.is_none() && result.ips.iter().any(|ip| ip.address.is_ipv6()) {
         // An IPv6 address from IPAM (a placeholder, say) needs IPv6 on the child even when the
         // pod has it off by default; as the reference ipvlan plugin does, on this link only.
+        if !conf
+            .sysctls
+            .iter()
+            .any(|s| s.key.ends_with(".ndisc_notify"))
+        {
+            sysctls.push(sysctl::validate(sysctl::NDISC_NOTIFY, "1", &env.ifname)?);
+        }
         sysctls.push(sysctl::validate(
             "net.ipv6.conf.IFNAME.disable_ipv6",
             "0",
             &env.ifname,
         )?);
     }
+    // Saving and writing the pod-wide values is one step for the other ADDs into this pod,
+    // which may be undoing theirs (lock.rs); the child already exists, so an undo that runs
+    // after this step sees it.
+    let held = if sysctls.iter().any(|s| s.pod_wide) {
+        Some(pod_lock(r)?)
+    } else {
+        None
+    };
     let (saved, written) = r.netns.run(|| sysctl::apply(&sysctls))?;
-    for sysctl in saved {
-        undo.push(Step::Sysctl { sysctl });
+    drop(held);
+    for saved in saved {
+        undo.push(Step::Sysctl {
+            saved,
+            child: child.index,
+        });
     }
     written?;
 
@@ -276,7 +307,20 @@ async fn build(r: &Ready<'_>, undo: &mut UndoStack<Step>) -> Result<Value> {
         (Some(slaac_conf), Some(events)) => {
             let source = slaac::rs_source(&pod.addresses6(child.index).await?);
             slaac::solicit_router(&r.netns, child.index, &child.mac, source)?;
-            let found = slaac::wait(events, pod, child.index, &r.master.name, slaac_conf).await?;
+            let share = r.budget.share(slaac_conf.ra_timeout);
+            let slaac_conf = SlaacConf {
+                ra_timeout: share.limit,
+                ..slaac_conf.clone()
+            };
+            let found = slaac::wait(events, pod, child.index, &r.master.name, &slaac_conf)
+                .await
+                .map_err(|e| match e {
+                    Error::Slaac(msg) if share.cut => Error::Slaac(format!(
+                        "{msg} (the wait was cut to what was left of timeouts.totalMs {} ms)",
+                        r.conf.timeouts.total.as_millis()
+                    )),
+                    other => other,
+                })?;
             let plan = routing::slaac_plan(
                 child.index,
                 found.network,
@@ -337,7 +381,8 @@ async fn build(r: &Ready<'_>, undo: &mut UndoStack<Step>) -> Result<Value> {
 /// v2 GID of the child's address is in the port's table.
 async fn wait_for_gid(r: &Ready<'_>, addr: IpAddr) -> Result<Roce> {
     let gid = rdma::roce_gid(addr);
-    let timeout = r.conf.rdma.gid_timeout;
+    let share = r.budget.share(r.conf.rdma.gid_timeout);
+    let timeout = share.limit;
     let port = r.port.clone();
     let waited = r
         .netns
@@ -351,7 +396,7 @@ async fn wait_for_gid(r: &Ready<'_>, addr: IpAddr) -> Result<Roce> {
             gid_type: GidType::RoceV2.to_string(),
         }),
         Err(WaitError::Timeout { last }) => Err(Error::GidTimeout(format!(
-            "the RoCE v2 GID {gid} of {} ({addr}) did not appear on {} port {} within {} ms, \
+            "the RoCE v2 GID {gid} of {} ({addr}) did not appear on {} port {} within {}, \
              reading /sys/class/infiniband from inside the pod's network namespace; visible there: \
              {}. Likely causes: {} is not the RDMA device of rail {} (check `rdma link show`), \
              the RDMA subsystem is in exclusive netns mode (`rdma system show`), or the NIC \
@@ -359,7 +404,7 @@ async fn wait_for_gid(r: &Ready<'_>, addr: IpAddr) -> Result<Roce> {
             r.env.ifname,
             r.port.device,
             r.port.port,
-            timeout.as_millis(),
+            share.describe(r.conf.timeouts.total),
             last.map(|t| t.summary())
                 .unwrap_or_else(|| "nothing could be read".into()),
             r.port.device,
@@ -398,11 +443,44 @@ async fn install_routes(
     Ok(())
 }
 
+fn pod_lock(r: &Ready<'_>) -> Result<lock::Held> {
+    let (dev, ino) = r.netns.id()?;
+    lock::acquire(
+        &lock::Key::pod(dev, ino),
+        r.budget.remaining_at(std::time::Instant::now()),
+    )
+}
+
+/// Puts a pod-wide sysctl back, unless something else relies on the value this ADD wrote:
+/// another IPvlan child in the pod (a concurrent ADD that found the value already there, or an
+/// attachment made before), or a change since. Under the pod lock, so that no other ADD's
+/// sysctl step runs in between (lock.rs).
+async fn restore_pod_wide(r: &Ready<'_>, saved: &sysctl::Saved, child: u32) -> Result<()> {
+    let _pod = pod_lock(r)?;
+    let others: Vec<String> = r
+        .pod
+        .links()
+        .await?
+        .into_iter()
+        .filter(|l| l.index != child && l.kind == Some(InfoKind::IpVlan))
+        .map(|l| l.name)
+        .collect();
+    if !others.is_empty() {
+        tracing::info!(sysctl = %saved.old.key, ?others, "not restoring a pod-wide sysctl: other IPvlan children of the pod rely on it");
+        return Ok(());
+    }
+    if !saved.still_ours()? {
+        tracing::info!(sysctl = %saved.old.key, "not restoring a pod-wide sysctl: it was changed since ADD wrote it");
+        return Ok(());
+    }
+    saved.restore()
+}
+
 async fn rollback(r: &Ready<'_>, undo: UndoStack<Step>) {
     for step in undo.unwind() {
         let outcome = match &step {
             Step::Rule { source, table } => delete_rule(&r.pod, *source, *table).await,
-            Step::Sysctl { sysctl } => r.netns.run(|| sysctl::write(sysctl)).and_then(|x| x),
+            Step::Sysctl { saved, child } => restore_pod_wide(r, saved, *child).await,
             Step::Ipam => match &r.ipam {
                 Some(ipam) => ipam.del(None),
                 None => Ok(()),

@@ -64,6 +64,27 @@ pub async fn check(env: &Env, conf: &NetConf) -> Result<()> {
         .interfaces
         .iter()
         .position(|i| i.name == env.ifname && !i.sandbox.is_empty());
+    let Some(iface) = ours.map(|i| &prev.interfaces[i]) else {
+        return differs(format!(
+            "expected prevResult to list interface {} with its sandbox, found interfaces {:?}",
+            env.ifname,
+            prev.interfaces.iter().map(|i| &i.name).collect::<Vec<_>>()
+        ));
+    };
+    let sandbox = netns.path().display().to_string();
+    if iface.sandbox != sandbox {
+        return differs(format!(
+            "expected the sandbox of prevResult's interface to be CNI_NETNS {sandbox}, found {}",
+            iface.sandbox
+        ));
+    }
+    if !iface.mac.is_empty() && !iface.mac.eq_ignore_ascii_case(&child.mac_string()) {
+        return differs(format!(
+            "expected MAC {} (prevResult), found {}",
+            iface.mac,
+            child.mac_string()
+        ));
+    }
     let addrs = pod.addresses(child.index).await?;
     for ip in prev
         .ips
@@ -97,11 +118,18 @@ pub async fn check(env: &Env, conf: &NetConf) -> Result<()> {
         }
     }
 
-    let plan = routing::plan(child.index, &prev.ips, &[], conf.source_routing);
+    let ips: Vec<_> = prev
+        .ips
+        .iter()
+        .filter(|ip| ip.interface.is_none() || ip.interface == ours)
+        .cloned()
+        .collect();
+    let plan = routing::plan(child.index, &ips, &prev.routes, conf.source_routing);
     if let Some(table) = plan.table {
-        let rules = pod.rules(false).await?;
         for source in &plan.rules {
-            if !rules
+            if !pod
+                .rules(source.is_ipv6())
+                .await?
                 .iter()
                 .any(|r| r.table == table && r.source == Some(*source))
             {
@@ -109,6 +137,27 @@ pub async fn check(env: &Env, conf: &NetConf) -> Result<()> {
                     "expected rule \"from {source} lookup {table}\", found none"
                 ));
             }
+        }
+    }
+    for route in &plan.routes {
+        let found = pod
+            .table_destinations(route.table, route.dst.is_ipv6())
+            .await?;
+        if !found.contains(&route.dst) {
+            return differs(format!(
+                "expected a route to {} in table {}, found routes to {}",
+                route.dst,
+                route.table,
+                if found.is_empty() {
+                    "nothing".to_string()
+                } else {
+                    found
+                        .iter()
+                        .map(|d| d.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                }
+            ));
         }
     }
 

@@ -46,6 +46,14 @@ struct RawConf {
     log_file: Option<PathBuf>,
     log_level: Option<String>,
     prev_result: Option<Value>,
+    timeouts: Option<RawTimeouts>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawTimeouts {
+    total_ms: Option<u64>,
+    ipam_ms: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -87,7 +95,33 @@ pub struct NetConf {
     pub raw: Value,
     /// Where Multus wants the device-info document (`runtimeConfig.CNIDeviceInfoFile`).
     pub device_info_file: Option<PathBuf>,
+    pub timeouts: Timeouts,
 }
+
+/// Limits of one invocation's waiting (budget.rs; docs/configuration.md, "Time limits").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// Everything one ADD may wait for: the attachment lock, IPAM, the RA and the GID.
+    pub total: Duration,
+    /// One IPAM call (with its VERSION retry); within ADD also cut to what `total` leaves.
+    pub ipam: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            total: DEFAULT_TOTAL_TIMEOUT,
+            ipam: DEFAULT_IPAM_TIMEOUT,
+        }
+    }
+}
+
+/// Default `timeouts.totalMs`: room for the default IPAM, RA and GID waits of a healthy node
+/// many times over, and an 8-rail pod whose every rail fails (each in at most totalMs plus
+/// ipamMs for the IPAM release) still gets its errors within the kubelet's 4-minute
+/// RunPodSandbox deadline (budget.rs).
+pub const DEFAULT_TOTAL_TIMEOUT: Duration = Duration::from_millis(20_000);
+pub const DEFAULT_IPAM_TIMEOUT: Duration = Duration::from_millis(10_000);
 
 #[derive(Debug, Clone)]
 pub struct Ipam {
@@ -227,6 +261,7 @@ impl NetConf {
         } else {
             Vec::new()
         };
+        defaults.extend(sysctl::announce_defaults());
         if let Some(slaac) = &slaac {
             defaults.extend(sysctl::slaac_defaults(slaac.dad));
         }
@@ -267,6 +302,7 @@ impl NetConf {
                 }
             }
         };
+        let timeouts = timeouts(conf.timeouts)?;
         if let Some(level) = &conf.log_level {
             if !LOG_LEVELS.contains(&level.as_str()) {
                 return bad(format!(
@@ -310,6 +346,7 @@ impl NetConf {
             device_info_file: crate::device_info::file_from_runtime_config(
                 conf.runtime_config.as_ref(),
             )?,
+            timeouts,
         })
     }
 }
@@ -421,9 +458,24 @@ impl NetConf {
                 None
             }
         });
+        // DEL waits for an orphaned ADD and gives IPAM its limit: the NAD's, if readable.
+        let timeouts = match obj.get("timeouts") {
+            None | Some(Value::Null) => Timeouts::default(),
+            Some(v) => match serde_json::from_value::<RawTimeouts>(v.clone())
+                .map_err(|e| Error::InvalidConfig(e.to_string()))
+                .and_then(|raw| timeouts(Some(raw)))
+            {
+                Ok(t) => t,
+                Err(e) => {
+                    ignored.push(format!("\"timeouts\" {v}: {e}; using the defaults"));
+                    Timeouts::default()
+                }
+            },
+        };
         let conf = NetConf {
             cni_version,
             name,
+            timeouts,
             rail: rail::Inputs::default(),
             mtu: None,
             ipam,
@@ -449,6 +501,25 @@ const LOG_LEVELS: &[&str] = &["error", "warn", "info", "debug", "trace"];
 /// `ipam.type` names a binary looked up in CNI_PATH; a path would let a NAD run any program.
 fn ipam_type_is_a_name(kind: &str) -> bool {
     !kind.is_empty() && !kind.contains('/') && kind != "." && kind != ".."
+}
+
+fn timeouts(raw: Option<RawTimeouts>) -> Result<Timeouts> {
+    let Some(raw) = raw else {
+        return Ok(Timeouts::default());
+    };
+    let ms = |v: Option<u64>, default: Duration, key: &str| -> Result<Duration> {
+        let ms = v.unwrap_or(default.as_millis() as u64);
+        if ms == 0 || ms > MAX_GID_TIMEOUT_MS {
+            return Err(Error::InvalidConfig(format!(
+                "\"timeouts.{key}\" is {ms}: expected 1..={MAX_GID_TIMEOUT_MS} (milliseconds)"
+            )));
+        }
+        Ok(Duration::from_millis(ms))
+    };
+    Ok(Timeouts {
+        total: ms(raw.total_ms, DEFAULT_TOTAL_TIMEOUT, "totalMs")?,
+        ipam: ms(raw.ipam_ms, DEFAULT_IPAM_TIMEOUT, "ipamMs")?,
+    })
 }
 
 fn slaac_conf(v6: RawIpv6) -> Result<SlaacConf> {
@@ -567,8 +638,13 @@ mod tests {
         assert_eq!(c.rail.master.as_deref(), Some("rdma3"));
         assert_eq!(c.ipam.unwrap().kind, "host-local");
         assert!(c.source_routing);
-        assert_eq!(c.sysctls.len(), 6);
+        assert_eq!(c.sysctls.len(), 7);
+        assert!(c
+            .sysctls
+            .iter()
+            .any(|s| s.key == "net.ipv4.conf.net1.arp_notify" && s.value == "1"));
         assert_eq!(c.rdma.gid_timeout, DEFAULT_GID_TIMEOUT);
+        assert_eq!(c.timeouts, Timeouts::default());
         assert!(c.rdma.device.is_none());
     }
 
@@ -608,6 +684,17 @@ mod tests {
         refused(with("rdma", json!({"port": 0})), 7, "count from 1");
         refused(with("rdma", json!({"gidTimeoutMs": 0})), 7, "gidTimeoutMs");
         refused(with("rdma", json!({"devcie": "mlx5_0"})), 7, "devcie");
+        refused(
+            with("timeouts", json!({"totalMs": 0})),
+            7,
+            "timeouts.totalMs",
+        );
+        refused(
+            with("timeouts", json!({"ipamMs": 120_001})),
+            7,
+            "timeouts.ipamMs",
+        );
+        refused(with("timeouts", json!({"gidMs": 5})), 7, "gidMs");
         refused(with("rdma", json!({"device": "../x"})), 7, "rdma.device");
         refused(with("logLevel", json!("loud")), 7, "logLevel");
         refused(with("logFile", json!("rel.log")), 7, "logFile");
@@ -668,6 +755,16 @@ mod tests {
     }
 
     #[test]
+    fn timeouts_default_and_override() {
+        let c = parse(&with("timeouts", json!({"totalMs": 5000}))).unwrap();
+        assert_eq!(c.timeouts.total, Duration::from_millis(5000));
+        assert_eq!(c.timeouts.ipam, DEFAULT_IPAM_TIMEOUT);
+        let c = parse(&with("timeouts", json!({"ipamMs": 700}))).unwrap();
+        assert_eq!(c.timeouts.total, DEFAULT_TOTAL_TIMEOUT);
+        assert_eq!(c.timeouts.ipam, Duration::from_millis(700));
+    }
+
+    #[test]
     fn options_turn_things_off_and_override() {
         let mut v = base();
         v["arpSysctls"] = json!(false);
@@ -676,8 +773,9 @@ mod tests {
         v["rdma"] = json!({"device": "mlx5_6", "port": 1, "gidTimeoutMs": 1500});
         let c = parse(&v).unwrap();
         assert!(!c.source_routing);
-        assert_eq!(c.sysctls.len(), 1);
-        assert_eq!(c.sysctls[0].value, "2");
+        assert_eq!(c.sysctls.len(), 2);
+        assert_eq!(c.sysctls[0].key, "net.ipv4.conf.net1.arp_notify");
+        assert_eq!(c.sysctls[1].value, "2");
         assert_eq!(c.rdma.device.as_deref(), Some("mlx5_6"));
         assert_eq!(c.rdma.gid_timeout, Duration::from_millis(1500));
     }

@@ -4,14 +4,27 @@
 
 use crate::cni::{CniResult, Env};
 use crate::config::NetConf;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::ipam::Ipam;
+use crate::lock;
 use crate::netlink::Netlink;
 use crate::netns::Netns;
 use crate::routing;
 use netlink_packet_route::link::InfoKind;
 
 pub async fn del(env: &Env, conf: &NetConf) -> Result<()> {
+    // An ADD of this attachment that is still running (orphaned by a runtime that gave up on
+    // it) ends within its own limits, undone or done; then this DEL removes it (lock.rs).
+    let key = lock::Key::attachment(&env.container_id, &env.ifname);
+    let _attachment = match lock::acquire(&key, conf.timeouts.total + conf.timeouts.ipam) {
+        Ok(held) => Some(held),
+        Err(e @ Error::TryAgainLater(_)) => return Err(e),
+        Err(e) => {
+            // A DEL must not strand a pod over a lock file: go on without it.
+            tracing::warn!(error = %e, "cannot take the attachment lock; deleting without it");
+            None
+        }
+    };
     if let Some(path) = &conf.device_info_file {
         crate::device_info::remove(path);
     }

@@ -75,7 +75,8 @@ pub enum Error {
     #[error("{0}")]
     Slaac(String),
 
-    /// 999 is not used: every other failure is an I/O error with context (code 108).
+    /// 108: every other failure is an I/O error with context. (999, `INTERNAL_ERROR` in
+    /// lib.rs, is only the panic hook's: a bug.)
     #[error("{what}: {source}")]
     Io {
         what: String,

@@ -5,10 +5,19 @@
 //! reference plugins before v1.2 stop at 1.0.0), the highest version both sides support is
 //! negotiated through its VERSION command and the call is repeated in that version; the result
 //! is version-neutral here, so it reaches the runtime in the version the runtime asked for.
+//!
+//! Each call is bounded (budget.rs): the IPAM plugin runs in a process group of its own, which
+//! is killed when the call's deadline passes, and with a parent-death signal, so that it dies
+//! with a plugin the runtime killed instead of allocating, later, an address that no DEL will
+//! release. Its stdin is written and its stdout and stderr read at the same time, so that no
+//! size of either can deadlock the two processes.
 
-use std::io::Write;
+use std::io::{Read, Write};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -59,8 +68,9 @@ impl<'a> Ipam<'a> {
         }))
     }
 
-    pub fn add(&self) -> Result<CniResult> {
-        let out = self.call("ADD", None)?;
+    /// ADD, bounded by `share` (`timeouts.ipamMs`, cut to what the ADD's budget leaves).
+    pub fn add(&self, share: crate::budget::Share) -> Result<CniResult> {
+        let out = self.call("ADD", None, share.into())?;
         let result = CniResult::parse(&out).map_err(|e| {
             Error::Ipam(format!(
                 "IPAM plugin {} returned a result this plugin cannot read ({e}): {out}",
@@ -78,11 +88,19 @@ impl<'a> Ipam<'a> {
     }
 
     pub fn check(&self, prev: &CniResult) -> Result<()> {
-        self.call("CHECK", Some(prev)).map(drop)
+        self.call(
+            "CHECK",
+            Some(prev),
+            Deadline::after(self.conf.timeouts.ipam),
+        )
+        .map(drop)
     }
 
+    /// DEL, bounded by `timeouts.ipamMs` of its own: a release is not cut short by an ADD's
+    /// spent budget (a rollback after an IPAM timeout must still release).
     pub fn del(&self, prev: Option<&CniResult>) -> Result<()> {
-        self.call("DEL", prev).map(drop)
+        self.call("DEL", prev, Deadline::after(self.conf.timeouts.ipam))
+            .map(drop)
     }
 
     /// STATUS for the IPAM plugin (the spec: a plugin MUST pass STATUS to its delegates and
@@ -99,7 +117,8 @@ impl<'a> Ipam<'a> {
     }
 
     fn forward_1_1(&self, command: &str) -> Result<Delegated> {
-        let theirs = self.supported_versions()?;
+        let deadline = Deadline::after(self.conf.timeouts.ipam);
+        let theirs = self.supported_versions(deadline)?;
         if !theirs.iter().any(|v| v == cni::STATUS_GC_VERSION) {
             tracing::info!(
                 ipam = self.kind,
@@ -108,7 +127,7 @@ impl<'a> Ipam<'a> {
             );
             return Ok(Delegated::Skipped { supported: theirs });
         }
-        self.exec(command, cni::STATUS_GC_VERSION, None)?;
+        self.exec(command, cni::STATUS_GC_VERSION, None, deadline)?;
         Ok(Delegated::Forwarded)
     }
 
@@ -117,16 +136,16 @@ impl<'a> Ipam<'a> {
         matches!(e, Error::Ipam(msg) if msg.contains(&format!("(code {code})")))
     }
 
-    fn call(&self, command: &str, prev: Option<&CniResult>) -> Result<Value> {
-        match self.exec(command, &self.conf.cni_version, prev) {
+    fn call(&self, command: &str, prev: Option<&CniResult>, deadline: Deadline) -> Result<Value> {
+        match self.exec(command, &self.conf.cni_version, prev, deadline) {
             Err(e @ Error::Ipam(_)) if self.incompatible_version(&e) => {
-                let version = self.negotiate()?;
+                let version = self.negotiate(deadline)?;
                 tracing::debug!(
                     ipam = self.kind,
                     version,
                     "IPAM plugin retried in a lower cniVersion"
                 );
-                self.exec(command, &version, prev)
+                self.exec(command, &version, prev, deadline)
             }
             other => other,
         }
@@ -137,10 +156,11 @@ impl<'a> Ipam<'a> {
     }
 
     /// The versions the IPAM plugin lists in its VERSION answer.
-    fn supported_versions(&self) -> Result<Vec<String>> {
+    fn supported_versions(&self, deadline: Deadline) -> Result<Vec<String>> {
         let reply = self.run(
             "VERSION",
             serde_json::json!({"cniVersion": self.conf.cni_version}),
+            deadline,
         )?;
         Ok(reply
             .get("supportedVersions")
@@ -149,8 +169,8 @@ impl<'a> Ipam<'a> {
     }
 
     /// The highest version both this plugin and the IPAM plugin support.
-    fn negotiate(&self) -> Result<String> {
-        let theirs = self.supported_versions()?;
+    fn negotiate(&self, deadline: Deadline) -> Result<String> {
+        let theirs = self.supported_versions(deadline)?;
         cni::SUPPORTED_VERSIONS
             .iter()
             .rev()
@@ -166,7 +186,13 @@ impl<'a> Ipam<'a> {
             })
     }
 
-    fn exec(&self, command: &str, version: &str, prev: Option<&CniResult>) -> Result<Value> {
+    fn exec(
+        &self,
+        command: &str,
+        version: &str,
+        prev: Option<&CniResult>,
+        deadline: Deadline,
+    ) -> Result<Value> {
         let mut stdin = self.conf.raw.clone();
         stdin["cniVersion"] = version.into();
         match prev {
@@ -177,12 +203,12 @@ impl<'a> Ipam<'a> {
                 }
             }
         }
-        self.run(command, stdin)
+        self.run(command, stdin, deadline)
     }
 
-    fn run(&self, command: &str, stdin: Value) -> Result<Value> {
-        let mut child = Command::new(&self.binary)
-            .env("CNI_COMMAND", command)
+    fn run(&self, command: &str, stdin: Value, deadline: Deadline) -> Result<Value> {
+        let mut cmd = Command::new(&self.binary);
+        cmd.env("CNI_COMMAND", command)
             .env("CNI_CONTAINERID", &self.env.container_id)
             .env("CNI_IFNAME", &self.env.ifname)
             .env(
@@ -196,24 +222,51 @@ impl<'a> Ipam<'a> {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| {
-                Error::Ipam(format!(
-                    "cannot run IPAM plugin {}: {e}",
-                    self.binary.display()
-                ))
-            })?;
-        let input = stdin.to_string();
-        if let Some(mut pipe) = child.stdin.take() {
-            // A plugin that exits without reading stdin closes the pipe: its exit status tells.
-            let _ = pipe.write_all(input.as_bytes());
+            // Its own group: a timeout kills whatever the IPAM plugin started, too.
+            .process_group(0);
+        let parent = std::process::id();
+        // SAFETY: between fork and exec the closure calls only prctl and getppid, which are
+        // async-signal-safe, and touches no memory shared with the parent.
+        unsafe {
+            cmd.pre_exec(move || {
+                // SIGKILL when the thread that forked us ends: that thread is the one that
+                // waits for us below (never a short-lived netns thread), and it ends only
+                // with the plugin process.
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // The plugin may have died before prctl: then no signal will come.
+                if libc::getppid() as u32 != parent {
+                    return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+                }
+                Ok(())
+            });
         }
-        let out = child.wait_with_output().map_err(|e| {
+        let child = cmd.spawn().map_err(|e| {
             Error::Ipam(format!(
-                "IPAM plugin {} did not finish: {e}",
+                "cannot run IPAM plugin {}: {e}",
                 self.binary.display()
             ))
         })?;
+        let out = match communicate(child, stdin.to_string().into_bytes(), deadline) {
+            Ok(out) => out,
+            Err(Failure::TimedOut) => {
+                return Err(Error::Ipam(format!(
+                    "IPAM plugin {} {command} did not finish within {} and was killed \
+                     (with its process group): check that the IPAM plugin and what it depends \
+                     on (its daemon, store or server) are up on this node, or raise \
+                     \"timeouts\": {{\"ipamMs\": ..., \"totalMs\": ...}} in the NAD",
+                    self.kind,
+                    deadline.describe(self.conf.timeouts.total),
+                )))
+            }
+            Err(Failure::Io(what, e)) => {
+                return Err(Error::Ipam(format!(
+                    "IPAM plugin {} {command}: {what}: {e}",
+                    self.binary.display()
+                )))
+            }
+        };
         let stdout = String::from_utf8_lossy(&out.stdout);
         let stderr = String::from_utf8_lossy(&out.stderr);
         if !out.status.success() {
@@ -232,6 +285,152 @@ impl<'a> Ipam<'a> {
             ))
         })
     }
+}
+
+/// The deadline of one IPAM call, and whether the ADD's budget (not `timeouts.ipamMs`) set it.
+#[derive(Debug, Clone, Copy)]
+struct Deadline {
+    at: Instant,
+    limit: Duration,
+    cut: bool,
+}
+
+impl Deadline {
+    fn after(limit: Duration) -> Deadline {
+        Deadline {
+            at: Instant::now() + limit,
+            limit,
+            cut: false,
+        }
+    }
+
+    fn describe(&self, total: Duration) -> String {
+        crate::budget::Share {
+            limit: self.limit,
+            cut: self.cut,
+        }
+        .describe(total)
+    }
+}
+
+/// An ADD's share of its budget, for [`Ipam::add`].
+impl From<crate::budget::Share> for Deadline {
+    fn from(share: crate::budget::Share) -> Deadline {
+        Deadline {
+            cut: share.cut,
+            ..Deadline::after(share.limit)
+        }
+    }
+}
+
+struct Output {
+    status: ExitStatus,
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+}
+
+enum Failure {
+    TimedOut,
+    Io(&'static str, std::io::Error),
+}
+
+/// Writes `input` to the child's stdin while reading its stdout and stderr, each on a thread of
+/// its own, and waits for it until `deadline`; then kills its process group. The threads own
+/// their pipe ends and are not joined after a timeout: a grandchild that left the group may hold
+/// a pipe open, and must not hold the plugin too.
+fn communicate(mut child: Child, input: Vec<u8>, deadline: Deadline) -> Result<Output, Failure> {
+    let kill = |child: &mut Child| {
+        // The group id is the child's pid (process_group(0)).
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        let _ = child.wait();
+    };
+    let (tx, rx) = mpsc::channel::<(bool, Vec<u8>)>();
+    let mut spawned = Ok(());
+    let mut spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
+        if spawned.is_ok() {
+            spawned = std::thread::Builder::new()
+                .name(name.into())
+                .spawn(f)
+                .map(drop);
+        }
+    };
+    if let Some(mut pipe) = child.stdin.take() {
+        // A plugin that exits without reading stdin closes the pipe: its exit status tells.
+        spawn("ipam-stdin", Box::new(move || drop(pipe.write_all(&input))));
+    }
+    for (is_stdout, pipe) in [
+        (
+            true,
+            child
+                .stdout
+                .take()
+                .map(|p| Box::new(p) as Box<dyn Read + Send>),
+        ),
+        (
+            false,
+            child
+                .stderr
+                .take()
+                .map(|p| Box::new(p) as Box<dyn Read + Send>),
+        ),
+    ] {
+        let Some(mut pipe) = pipe else { continue };
+        let tx = tx.clone();
+        spawn(
+            "ipam-output",
+            Box::new(move || {
+                let mut buf = Vec::new();
+                let _ = pipe.read_to_end(&mut buf);
+                let _ = tx.send((is_stdout, buf));
+            }),
+        );
+    }
+    drop(tx);
+    if let Err(e) = spawned {
+        kill(&mut child);
+        return Err(Failure::Io("cannot start a thread to talk to it", e));
+    }
+    let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+    loop {
+        match rx.recv_timeout(deadline.at.saturating_duration_since(Instant::now())) {
+            Ok((true, buf)) => stdout = buf,
+            Ok((false, buf)) => stderr = buf,
+            // Both pipes reached end of file.
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                kill(&mut child);
+                return Err(Failure::TimedOut);
+            }
+        }
+    }
+    // Both pipes are closed, so the plugin has (almost always) exited; one that closed them and
+    // lives on still gets only until the deadline.
+    let mut pause = Duration::from_millis(1);
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if Instant::now() < deadline.at => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(20));
+            }
+            Ok(None) => {
+                kill(&mut child);
+                return Err(Failure::TimedOut);
+            }
+            Err(e) => {
+                kill(&mut child);
+                return Err(Failure::Io("cannot wait for it", e));
+            }
+        }
+    };
+    Ok(Output {
+        status,
+        stdout,
+        stderr,
+    })
 }
 
 fn describe_failure(kind: &str, command: &str, stdout: &str, stderr: &str) -> String {
@@ -296,6 +495,129 @@ mod tests {
             msg.contains("without a CNI error") && msg.contains("boom") && msg.contains("trace"),
             "{msg}"
         );
+    }
+
+    /// An Ipam for a shell script installed as IPAM plugin `fake` in a fresh CNI_PATH dir.
+    fn with_script(script: &str, extra: serde_json::Value, test: impl FnOnce(&Ipam, &Path)) {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let exe = dir.path().join("fake");
+        std::fs::write(&exe, format!("#!/bin/sh\n{script}\n")).unwrap();
+        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let dirs = dir.path().display().to_string();
+        let env = Env::parse(|k| match k {
+            "CNI_COMMAND" => Some("ADD".into()),
+            "CNI_CONTAINERID" => Some("c1".into()),
+            "CNI_NETNS" => Some("/proc/self/ns/net".into()),
+            "CNI_IFNAME" => Some("net1".into()),
+            "CNI_PATH" => Some(dirs.clone()),
+            _ => None,
+        })
+        .unwrap();
+        let mut conf = serde_json::json!({
+            "cniVersion": "1.0.0", "name": "n", "type": "roce-ipvlan", "master": "r0",
+            "ipam": {"type": "fake"}
+        });
+        for (k, v) in extra.as_object().unwrap() {
+            conf[k] = v.clone();
+        }
+        let conf = NetConf::parse(conf.to_string().as_bytes(), "net1").unwrap();
+        let ipam = Ipam::find(&env, &conf).unwrap().unwrap();
+        test(&ipam, dir.path());
+    }
+
+    fn share(ms: u64) -> crate::budget::Share {
+        crate::budget::Share {
+            limit: Duration::from_millis(ms),
+            cut: false,
+        }
+    }
+
+    const RESULT: &str = r#"echo '{"cniVersion":"1.0.0","ips":[{"address":"10.0.0.2/24"}]}'"#;
+
+    fn gone_or_zombie(pid: &str) -> bool {
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Err(_) => true,
+            Ok(stat) => stat
+                .rsplit(')')
+                .next()
+                .unwrap()
+                .trim_start()
+                .starts_with('Z'),
+        }
+    }
+
+    #[test]
+    fn a_hung_ipam_is_killed_with_its_process_group_at_the_deadline() {
+        // It starts a helper that holds the output pipes too, then hangs.
+        let script = "sleep 1000 & echo $! >\"$(dirname \"$0\")/helper\"; sleep 1000";
+        with_script(script, serde_json::json!({}), |ipam, dir| {
+            let err = ipam.add(share(300)).unwrap_err();
+            let msg = err.to_string();
+            assert_eq!(err.code(), 103);
+            assert!(
+                msg.contains("fake ADD did not finish within 300 ms and was killed")
+                    && msg.contains("timeouts"),
+                "{msg}"
+            );
+            let helper = std::fs::read_to_string(dir.join("helper")).unwrap();
+            let helper = helper.trim();
+            // SIGKILL is delivered before kill(2) returns; only the reaping may lag.
+            for _ in 0..100 {
+                if gone_or_zombie(helper) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            panic!("the IPAM plugin's helper {helper} survived the timeout");
+        });
+    }
+
+    #[test]
+    fn big_stdin_and_big_stderr_do_not_deadlock() {
+        // The plugin writes 1 MiB to stderr before it reads its stdin (1 MiB as well): with
+        // stdin written first and the output read only afterwards, both sides block forever
+        // on full pipes.
+        let script = format!("head -c 1048576 /dev/zero >&2; cat >/dev/null; {RESULT}");
+        let padding = "x".repeat(1 << 20);
+        with_script(
+            &script,
+            serde_json::json!({"padding": padding}),
+            |ipam, _| {
+                let result = ipam.add(share(60_000)).unwrap();
+                assert_eq!(result.ips[0].address.to_string(), "10.0.0.2/24");
+            },
+        );
+    }
+
+    #[test]
+    fn a_plugin_that_ignores_stdin_still_answers() {
+        with_script(
+            RESULT,
+            serde_json::json!({"padding": "y".repeat(1 << 20)}),
+            |ipam, _| {
+                assert_eq!(ipam.add(share(60_000)).unwrap().ips.len(), 1);
+            },
+        );
+    }
+
+    #[test]
+    fn the_ipam_plugin_leads_a_process_group_of_its_own() {
+        // Field 5 of /proc/PID/stat is the process group.
+        let script = format!(
+            "cut -d' ' -f5 /proc/$$/stat >\"$(dirname \"$0\")/pgid\"; \
+             echo $$ >\"$(dirname \"$0\")/pid\"; {RESULT}"
+        );
+        with_script(&script, serde_json::json!({}), |ipam, dir| {
+            ipam.add(share(60_000)).unwrap();
+            let read = |f: &str| {
+                std::fs::read_to_string(dir.join(f))
+                    .unwrap()
+                    .trim()
+                    .to_string()
+            };
+            assert_eq!(read("pgid"), read("pid"));
+        });
     }
 
     #[test]

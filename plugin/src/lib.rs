@@ -7,6 +7,7 @@
 
 pub mod add;
 pub mod atomic_file;
+pub mod budget;
 pub mod check;
 pub mod cni;
 pub mod config;
@@ -17,6 +18,7 @@ pub mod error;
 pub mod gc;
 pub mod install;
 pub mod ipam;
+pub mod lock;
 pub mod logging;
 pub mod netlink;
 pub mod netns;
@@ -42,6 +44,7 @@ use crate::error::{Error, Result};
 /// Runs the plugin; returns the process exit code.
 pub fn run() -> i32 {
     use std::io::IsTerminal;
+    install_panic_hook();
     // Read stdin even when the environment is wrong, so that the error is reported in the
     // configuration's cniVersion; but never wait on a terminal (someone ran it by hand).
     let mut stdin = Vec::new();
@@ -51,6 +54,7 @@ pub fn run() -> i32 {
         std::io::stdin().read_to_end(&mut stdin).map(drop)
     };
     let version = config::peek_version(&stdin).unwrap_or_else(|| "1.1.0".to_string());
+    let _ = PANIC_VERSION.set(version.clone());
     let outcome = read
         .map_err(|e| Error::io("cannot read stdin", e))
         .and_then(|()| Env::from_process())
@@ -58,7 +62,7 @@ pub fn run() -> i32 {
     match outcome {
         Ok(doc) => {
             if let Some(doc) = doc {
-                println!("{doc}");
+                print_document(&doc.to_string());
             }
             0
         }
@@ -66,10 +70,56 @@ pub fn run() -> i32 {
             tracing::error!(code = err.code(), error = %err, "failed");
             let doc = serde_json::to_string(&err.to_cni(&version))
                 .expect("a CNI error always serializes");
-            println!("{doc}");
+            print_document(&doc);
             1
         }
     }
+}
+
+/// Prints the one document of stdout. A runtime that went away (a killed Multus leaves its
+/// plugins orphaned, writing into a pipe nobody reads: EPIPE) cannot read it anyway, so a
+/// failed write is not worth a panic; ADD has already finished or undone its work by now.
+fn print_document(doc: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{doc}").and_then(|()| out.flush());
+}
+
+/// The cniVersion for the panic hook's error document.
+static PANIC_VERSION: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// CNI code of a panic: a bug in the plugin, not a condition an operator caused.
+pub const INTERNAL_ERROR: u32 = 999;
+
+/// A panic still answers with a CNI error on stdout, so that the runtime logs why. (Release
+/// builds abort on panic, so the undo of a half-done ADD does not run: every failure that
+/// can happen mid-ADD, such as a thread that cannot be created, is an error instead, and
+/// this is only for bugs.)
+fn install_panic_hook() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let doc = error::CniError {
+            cni_version: PANIC_VERSION
+                .get()
+                .cloned()
+                .unwrap_or_else(|| "1.1.0".into()),
+            code: INTERNAL_ERROR,
+            msg: format!(
+                "internal error in roce-ipvlan: {}; please report it with the plugin's log. \
+                 Run DEL for this attachment to remove what it may have left",
+                info
+            ),
+            details: String::new(),
+        };
+        if let Ok(doc) = serde_json::to_string(&doc) {
+            // Straight to fd 1: the panic may have happened while stdout's lock was held.
+            let line = format!("{doc}\n");
+            // SAFETY: writes a buffer that lives for the whole call to fd 1; a closed or
+            // broken fd only makes write fail, which is ignored.
+            let _ = unsafe { libc::write(1, line.as_ptr().cast(), line.len()) };
+        }
+        default(info);
+    }));
 }
 
 fn dispatch(env: &Env, stdin: &[u8]) -> Result<Option<Value>> {

@@ -49,20 +49,44 @@ pub fn init(conf: &LogConf) {
         .and_then(|path| match open_log_file(path, Path::new(LOG_DIR)) {
             Ok(f) => Some(f),
             Err(e) => {
-                // Debug-quoted: the path comes from the NAD.
-                eprintln!("roce-ipvlan: not logging to logFile {path:?}: {e}");
+                use std::io::Write;
+                // Not eprintln!, which panics when stderr is a broken pipe; Debug-quoted: the
+                // path comes from the NAD.
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "roce-ipvlan: not logging to logFile {path:?}: {e}"
+                );
                 None
             }
         });
     let builder = tracing_subscriber::fmt()
         .with_max_level(level)
-        .with_ansi(false);
+        .with_ansi(false)
+        // Its report of a failed write is an eprintln!, a panic on a broken stderr.
+        .log_internal_errors(false);
+    let stderr = || Lenient(std::io::stderr());
     let _ = match file {
         Some(f) => builder
-            .with_writer(Escaped(std::io::stderr.and(Mutex::new(f))))
+            .with_writer(Escaped(stderr.and(Mutex::new(Lenient(f)))))
             .try_init(),
-        None => builder.with_writer(Escaped(std::io::stderr)).try_init(),
+        None => builder.with_writer(Escaped(stderr)).try_init(),
     };
+}
+
+/// A log destination whose failures are dropped: an orphaned plugin (its Multus was killed)
+/// writes into a pipe nobody reads (EPIPE), and a log line must never stop an ADD half-way,
+/// before its undo; nor keep the other destination from getting the line.
+struct Lenient<W>(W);
+
+impl<W: std::io::Write> std::io::Write for Lenient<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        Ok(self.0.write(buf).unwrap_or(buf.len()))
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let _ = self.0.flush();
+        Ok(())
+    }
 }
 
 /// The plugin's own log directory: the only place `logFile` may be.

@@ -194,6 +194,18 @@ impl Netlink {
         }
     }
 
+    /// Every link of this socket's namespace.
+    pub async fn links(&self) -> Result<Vec<Link>> {
+        self.handle
+            .link()
+            .get()
+            .execute()
+            .map_ok(parse_link)
+            .try_collect()
+            .await
+            .map_err(|e| Error::netlink("cannot list links", e))
+    }
+
     /// Creates an IPvlan L2 child of `master` (a link of this socket's namespace) directly in
     /// `target`, so it never appears in the host namespace.
     pub async fn create_ipvlan_l2(
@@ -375,6 +387,34 @@ impl Netlink {
     pub async fn table_has_routes(&self, table: u32, v6: bool) -> Result<bool> {
         let routes = self.routes(v6).await?;
         Ok(routes.iter().any(|r| route_table(r) == table))
+    }
+
+    /// The destinations of the routes of `family` in `table` (`0.0.0.0/0` or `::/0` for a
+    /// default route).
+    pub async fn table_destinations(&self, table: u32, v6: bool) -> Result<Vec<IpNetwork>> {
+        use netlink_packet_route::route::{RouteAddress, RouteAttribute};
+        let routes = self.routes(v6).await?;
+        Ok(routes
+            .iter()
+            .filter(|r| route_table(r) == table)
+            .filter_map(|r| {
+                let len = r.header.destination_prefix_length;
+                let addr = r
+                    .attributes
+                    .iter()
+                    .find_map(|a| match a {
+                        RouteAttribute::Destination(RouteAddress::Inet(a)) => Some(IpAddr::V4(*a)),
+                        RouteAttribute::Destination(RouteAddress::Inet6(a)) => Some(IpAddr::V6(*a)),
+                        _ => None,
+                    })
+                    .unwrap_or(if v6 {
+                        IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED)
+                    } else {
+                        IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)
+                    });
+                IpNetwork::new(addr, len).ok()
+            })
+            .collect())
     }
 
     async fn routes(&self, v6: bool) -> Result<Vec<netlink_packet_route::route::RouteMessage>> {

@@ -118,6 +118,17 @@ impl Netns {
         Ok(())
     }
 
+    /// The namespace's device and inode: the same for every path and fd that names it.
+    pub fn id(&self) -> Result<(u64, u64)> {
+        let st = nix::sys::stat::fstat(&self.fd).map_err(|e| {
+            Error::Netns(format!(
+                "cannot stat CNI_NETNS {}: {e}",
+                self.path.display()
+            ))
+        })?;
+        Ok((st.st_dev, st.st_ino))
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -127,10 +138,14 @@ impl Netns {
     }
 
     /// Runs `f` on a fresh thread that has entered this namespace; the thread ends with `f`.
+    ///
+    /// A thread that cannot be created (EAGAIN: the pod sandbox's or the runtime's `pids.max`)
+    /// is an error, not a panic: ADD is then mid-way and its undo must still run.
     pub fn run<T: Send>(&self, f: impl FnOnce() -> T + Send) -> Result<T> {
         std::thread::scope(|scope| {
-            scope
-                .spawn(|| {
+            std::thread::Builder::new()
+                .name("netns".into())
+                .spawn_scoped(scope, || {
                     setns(self.fd.as_fd(), CloneFlags::CLONE_NEWNET).map_err(|e| {
                         Error::Netns(format!(
                             "cannot enter network namespace {}: {e}",
@@ -139,6 +154,16 @@ impl Netns {
                     })?;
                     Ok(f())
                 })
+                .map_err(|e| {
+                    Error::io(
+                        format!(
+                            "cannot start a thread to enter network namespace {} (a pids \
+                             limit of the plugin's cgroup?)",
+                            self.path.display()
+                        ),
+                        e,
+                    )
+                })?
                 .join()
                 .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
         })

@@ -2,10 +2,10 @@
 //!
 //! On a flat subnet every rail's child has a route to the same prefix, so the main table alone
 //! would send all traffic out of one rail. Each child therefore gets its own table holding its
-//! connected route(s) and the IPAM routes, and a rule `from <address> lookup <table>` per IPv4
-//! address. The table number is derived from the child's ifindex, which is unique within the pod's
-//! namespace: concurrent ADDs into the same pod never pick the same table, with no lock and no
-//! scan for a free number (sbr's scan can race).
+//! connected route(s) and the IPAM routes, and a rule `from <address> lookup <table>` per
+//! address, IPv4 or IPv6. The table number is derived from the child's ifindex, which is unique
+//! within the pod's namespace: concurrent ADDs into the same pod never pick the same table,
+//! with no lock and no scan for a free number (sbr's scan can race).
 //!
 //! Unlike sbr, the kernel's connected route stays in the main table too, so that traffic that is
 //! not bound to an address still reaches the rail subnet through a rail; IPAM routes (a default
@@ -42,22 +42,26 @@ pub struct Plan {
     pub table: Option<u32>,
 }
 
-/// What to install for a child with `ifindex`, given the IPAM addresses and routes.
+/// What to install for a child with `ifindex`, given the IPAM addresses and routes. IPv4 and
+/// IPv6 alike: each address gets its connected route in the child's table and a rule, and
+/// every IPAM route goes into that table, so that a second rail with the same routes does not
+/// collide with the first in main (EEXIST) and traffic from an address leaves by its own rail.
 pub fn plan(ifindex: u32, ips: &[IpConfig], routes: &[Route], source_routing: bool) -> Plan {
-    let v4: Vec<&IpConfig> = ips.iter().filter(|ip| ip.address.is_ipv4()).collect();
-    let table = (source_routing && !v4.is_empty()).then(|| table_for(ifindex));
+    let table = (source_routing && !ips.is_empty()).then(|| table_for(ifindex));
     let mut plan = Plan {
         table,
         ..Plan::default()
     };
     if let Some(table) = table {
-        for ip in &v4 {
+        for ip in ips {
             let net = IpNetwork::new(ip.address.network(), ip.address.prefix())
                 .expect("a network of a valid prefix is valid");
             plan.routes.push(PlannedRoute {
                 dst: net,
                 gw: None,
-                src: Some(ip.address.ip()),
+                // An IPv6 address is still tentative (DAD) here, and the kernel refuses a
+                // tentative preferred source; the rule picks the table by source anyway.
+                src: ip.address.is_ipv4().then(|| ip.address.ip()),
                 table,
             });
             plan.rules.push(ip.address.ip());
@@ -70,15 +74,11 @@ pub fn plan(ifindex: u32, ips: &[IpConfig], routes: &[Route], source_routing: bo
                 .find(|ip| ip.address.is_ipv4() == r.dst.is_ipv4())
                 .and_then(|ip| ip.gateway)
         });
-        let t = match table {
-            Some(t) if r.dst.is_ipv4() => t,
-            _ => MAIN_TABLE,
-        };
         plan.routes.push(PlannedRoute {
             dst: r.dst,
             gw,
             src: None,
-            table: t,
+            table: table.unwrap_or(MAIN_TABLE),
         });
     }
     plan
@@ -175,17 +175,42 @@ mod tests {
     }
 
     #[test]
-    fn ipv6_routes_stay_in_main() {
+    fn ipv6_gets_the_same_table_rule_and_routes_as_ipv4() {
         let p = plan(
             3,
             &[ip("10.9.0.7/16", None), ip("fd01::7/64", Some("fd01::1"))],
-            &[route("fd02::/64", None)],
+            &[route("fd02::/64", None), route("::/0", Some("fd01::fe"))],
             true,
         );
+        assert_eq!(p.table, Some(10_003));
+        assert_eq!(
+            p.rules,
+            vec![
+                "10.9.0.7".parse::<IpAddr>().unwrap(),
+                "fd01::7".parse().unwrap()
+            ]
+        );
+        let on_link = p.routes.iter().find(|r| r.dst.to_string() == "fd01::/64");
+        assert_eq!(
+            on_link,
+            Some(&PlannedRoute {
+                dst: "fd01::/64".parse().unwrap(),
+                gw: None,
+                src: None,
+                table: 10_003
+            })
+        );
+        let v6: Vec<_> = p.routes.iter().filter(|r| r.dst.is_ipv6()).collect();
+        assert!(v6.iter().all(|r| r.table == 10_003), "{v6:?}");
+        let via = v6
+            .iter()
+            .find(|r| r.dst.to_string() == "fd02::/64")
+            .unwrap();
+        assert_eq!(via.gw, Some("fd01::1".parse().unwrap()));
+        // An IPv6-only attachment gets its table too.
+        let p = plan(4, &[ip("fd01::8/64", None)], &[], true);
+        assert_eq!(p.table, Some(10_004));
         assert_eq!(p.rules.len(), 1);
-        let v6 = p.routes.iter().find(|r| r.dst.is_ipv6()).unwrap();
-        assert_eq!(v6.table, MAIN_TABLE);
-        assert_eq!(v6.gw, Some("fd01::1".parse().unwrap()));
     }
 
     #[test]

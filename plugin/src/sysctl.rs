@@ -45,6 +45,18 @@ pub fn arp_defaults() -> Vec<(String, String)> {
     .collect()
 }
 
+/// Announcements when the child comes up, as the reference ipvlan and macvlan plugins set:
+/// children share the rail's MAC, and a pod's address moves between nodes (a rescheduled pod,
+/// a recycled IPAM address), so peers would keep a stale neighbour entry until it times out.
+/// `arp_notify` sends a gratuitous ARP for the IPv4 addresses on link up; its IPv6 twin,
+/// `ndisc_notify`, is [`NDISC_NOTIFY`], set only where the child uses IPv6.
+pub fn announce_defaults() -> Vec<(String, String)> {
+    vec![("net.ipv4.conf.IFNAME.arp_notify".into(), "1".into())]
+}
+
+/// An unsolicited neighbour advertisement for each IPv6 address once its DAD is done.
+pub const NDISC_NOTIFY: &str = "net.ipv6.conf.IFNAME.ndisc_notify";
+
 /// Per-interface IPv6 settings for SLAAC. IPv6 is enabled on this interface only, even when the
 /// pod has `all`/`default.disable_ipv6=1`, and enabled last: turning it on starts link-local
 /// DAD, which should already run with the DAD settings below.
@@ -74,6 +86,7 @@ pub fn slaac_defaults(dad: crate::config::DadMode) -> Vec<(String, String)> {
             v.push(("net.ipv6.conf.IFNAME.dad_transmits", "0"));
         }
     }
+    v.push((NDISC_NOTIFY, "1"));
     v.push(("net.ipv6.conf.IFNAME.disable_ipv6", "0"));
     v.into_iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -197,20 +210,81 @@ pub fn write(s: &Sysctl) -> Result<()> {
     })
 }
 
+/// The value a pod-wide sysctl had before ADD wrote it, with its /proc/sys file, opened from
+/// inside the pod's netns. A /proc/sys/net file stays bound to the namespace it was opened in,
+/// so the undo of a failed ADD can write through it from any thread, and needs no new one
+/// (none may be creatable: pids.max).
+#[derive(Debug)]
+pub struct Saved {
+    pub old: Sysctl,
+    /// The value ADD wrote.
+    wrote: String,
+    file: std::fs::File,
+}
+
+impl Saved {
+    /// Whether the sysctl still holds the value ADD wrote (nobody changed it since).
+    pub fn still_ours(&self) -> Result<bool> {
+        use std::os::unix::fs::FileExt;
+        let mut buf = [0u8; 512];
+        let n = self
+            .file
+            .read_at(&mut buf, 0)
+            .map_err(|e| Error::Sysctl(format!("cannot read {}: {e}", self.old.key)))?;
+        Ok(String::from_utf8_lossy(&buf[..n]).trim() == self.wrote)
+    }
+
+    /// Writes the old value back (at offset 0: with kernel.sysctl_writes_strict, a write
+    /// further on is ignored).
+    pub fn restore(&self) -> Result<()> {
+        use std::os::unix::fs::FileExt;
+        self.file
+            .write_at(self.old.value.as_bytes(), 0)
+            .map(drop)
+            .map_err(|e| {
+                Error::Sysctl(format!(
+                    "cannot restore {} = {:?}: {e}",
+                    self.old.key, self.old.value
+                ))
+            })
+    }
+}
+
 /// Writes `list` in order, from a thread inside the pod's netns (one thread for all of them:
 /// entering a netns costs a thread), and returns the previous value of each pod-wide key it
 /// got to, so that a failed ADD can restore them: on an error too, with the error.
-pub fn apply(list: &[Sysctl]) -> (Vec<Sysctl>, Result<()>) {
+pub fn apply(list: &[Sysctl]) -> (Vec<Saved>, Result<()>) {
+    use std::os::unix::fs::FileExt;
     let mut saved = Vec::new();
     for s in list {
         if s.pod_wide {
-            match read(s) {
-                Ok(old) => saved.push(Sysctl {
+            let opened = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(s.proc_path())
+                .map_err(|e| Error::Sysctl(format!("cannot open {}: {e}", s.key)));
+            let file = match opened {
+                Ok(f) => f,
+                Err(e) => return (saved, Err(e)),
+            };
+            let mut buf = [0u8; 512];
+            let old = match file.read_at(&mut buf, 0) {
+                Ok(n) => String::from_utf8_lossy(&buf[..n]).trim().to_string(),
+                Err(e) => {
+                    return (
+                        saved,
+                        Err(Error::Sysctl(format!("cannot read {}: {e}", s.key))),
+                    )
+                }
+            };
+            saved.push(Saved {
+                old: Sysctl {
                     value: old,
                     ..s.clone()
-                }),
-                Err(e) => return (saved, Err(e)),
-            }
+                },
+                wrote: s.value.clone(),
+                file,
+            });
         }
         if let Err(e) = write(s) {
             return (saved, Err(e));

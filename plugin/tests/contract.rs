@@ -632,3 +632,30 @@ fn add_after_another_plugin_is_refused() {
     let (_, doc) = run(&add_env(NEVER_OPENED), &c.to_string());
     assert_error(&doc, 105, "never-opened");
 }
+
+/// stdout and stderr a pipe whose reader is gone (an orphaned plugin of a killed Multus): every
+/// write fails with EPIPE, which must not be a panic (exit 101; an abort in release builds).
+#[test]
+fn broken_stdout_and_stderr_are_not_a_panic() {
+    let (read, write) = nix::unistd::pipe().unwrap();
+    drop(read);
+    let mut conf = conf();
+    conf["logLevel"] = json!("debug");
+    let mut child = Command::new(BIN)
+        .env_clear()
+        .envs(add_env(NEVER_OPENED))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::from(write.try_clone().unwrap()))
+        .stderr(Stdio::from(write))
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(conf.to_string().as_bytes())
+        .unwrap();
+    // The namespace that is never opened fails the ADD (code 105): exit status 1, as with a
+    // reader.
+    assert_eq!(child.wait().unwrap().code(), Some(1));
+}

@@ -209,3 +209,39 @@ test_four_rails_one_flat_subnet() {
 	done
 	assert_eq "$(host_local_ips flat)" "" "host-local allocations after DEL"
 }
+
+# The child announces its addresses when it comes up (arp_notify; ndisc_notify for IPv6): a
+# peer on the rail's segment whose neighbour entries for the pod's addresses are stale (another
+# MAC: the addresses were another node's before) learns the rail's MAC, which the child shares,
+# without sending anything itself.
+test_child_announces_its_addresses_on_link_up() {
+	require_plugin
+	local mac got v4=10.9.40.7 v6=fd00:40::7 i
+	new_pod garp
+	new_pod garppeer
+	ip link set peer3 netns garppeer
+	ip -n garppeer link set peer3 up
+	ip -n garppeer addr add 10.9.40.254/24 dev peer3
+	ip -n garppeer addr add fd00:40::fe/64 dev peer3 nodad
+	for ip in $v4 $v6; do
+		ip -n garppeer neigh replace "$ip" lladdr 02:00:00:00:00:99 dev peer3 nud stale
+	done
+	jq -n --arg v4 $v4 --arg v6 $v6 --argjson limits "$VM_TIMEOUTS" '{cniVersion: "1.0.0", name: "garp",
+		type: "roce-ipvlan", master: "rdma3",
+		ipam: {type: "host-local", ranges: [[{subnet: "10.9.40.0/24", rangeStart: $v4, rangeEnd: $v4}],
+			[{subnet: "fd00:40::/64", rangeStart: $v6, rangeEnd: $v6}]]}} + $limits' >/tmp/garp.conf
+	assert_ok cni_exec ADD /tmp/garp.conf /run/netns/garp
+	mac=$(cat /sys/class/net/rdma3/address)
+	for ip in $v4 $v6; do
+		# The IPv6 announcement follows DAD (about a second); the wait ends at the first match.
+		for i in $(seq 100); do
+			got=$(ip -n garppeer neigh show "$ip" dev peer3)
+			[[ $got == *"lladdr $mac "* ]] && break
+			sleep 0.1
+		done
+		assert_match "$got" "lladdr $mac " "the peer's neighbour entry for $ip after the child came up"
+		note "peer: $got"
+	done
+	assert_ok cni_exec DEL /tmp/garp.conf /run/netns/garp
+	assert_eq "$(host_local_ips garp)" "" "host-local allocations after DEL"
+}

@@ -47,9 +47,9 @@ new_v6off_pod() {
 
 # slaac_conf FILE NAME MASTER [EXTRA_JSON]: SLAAC, no IPAM
 slaac_conf() {
-	jq -n --arg name "$2" --arg master "$3" --argjson extra "${4:-{\}}" \
+	jq -n --arg name "$2" --arg master "$3" --argjson extra "${4:-{\}}" --argjson limits "$VM_TIMEOUTS" \
 		'{cniVersion: "1.0.0", name: $name, type: "roce-ipvlan", master: $master,
-		  ipv6: {slaac: true}} + $extra' >"$1"
+		  ipv6: {slaac: true}} + $limits + $extra' >"$1"
 }
 
 in_prefix() { # in_prefix ADDR PREFIX

@@ -5,9 +5,9 @@
 
 # rail_conf FILE NAME SUBNET EXTRA_JSON: a roce-ipvlan config with host-local and no "master"
 rail_conf() {
-	jq -n --arg name "$2" --arg subnet "$3" --argjson extra "$4" \
+	jq -n --arg name "$2" --arg subnet "$3" --argjson extra "$4" --argjson limits "$VM_TIMEOUTS" \
 		'{cniVersion: "1.0.0", name: $name, type: "roce-ipvlan",
-		  ipam: {type: "host-local", subnet: $subnet}} + $extra' >"$1"
+		  ipam: {type: "host-local", subnet: $subnet}} + $limits + $extra' >"$1"
 }
 
 rail_pci() { # rail_pci NETDEV: the PCI address of the NIC (virtio-net sits one level below it)
@@ -115,4 +115,55 @@ test_rail_conflicting_inputs_refused_code_7() {
 	# A PCI address that is not on this node is "rail missing" (100).
 	rail_conf /tmp/rail-nopci.conf rail-nopci 10.9.48.0/24 '{"deviceID": "0000:7f:1f.7"}'
 	refused_add /tmp/rail-nopci.conf nopci 100 'found none at /sys/bus/pci/devices/0000:7f:1f.7'
+}
+
+# IPv6 addresses from IPAM on two rails with the same routes (the IPv4 standard): each address
+# gets its source rule, and its connected and IPAM routes go into its own child's table. In main,
+# the second rail's route collided with the first's (EEXIST). CHECK then notices a route
+# deleted from a child's table, and a prevResult whose MAC or sandbox is not the child's.
+test_ipv6_ipam_two_rails_same_routes_and_check() {
+	require_plugin
+	local n addr table routes
+	local -a tables
+	new_pod v6two
+	for n in 1 2; do
+		jq -n --arg rail "rdma$n" --argjson limits "$VM_TIMEOUTS" '{cniVersion: "1.0.0", name: "v6two",
+			type: "roce-ipvlan", master: $rail,
+			ipam: {type: "host-local", ranges: [[{subnet: "fd00:41::/64"}]],
+				routes: [{dst: "fd00:99::/64", gw: "fd00:41::1"}]}} + $limits' >"/tmp/v6two.$n.conf"
+		assert_ok cni_exec ADD "/tmp/v6two.$n.conf" /run/netns/v6two "net$n" v6two
+		echo "$OUT" >"/tmp/v6two.$n.result"
+		jq --slurpfile r "/tmp/v6two.$n.result" '. + {prevResult: $r[0]}' "/tmp/v6two.$n.conf" >"/tmp/v6two.$n.prev"
+		addr=$(jq -r '.ips[0].address' <<<"$OUT")
+		addr=${addr%/*}
+		table=$((10000 + $(in_pod v6two cat "/sys/class/net/net$n/ifindex")))
+		tables[n]=$table
+		in_pod v6two ip -6 rule show | grep -E "^1000:[[:space:]]+from $addr lookup ${table}[[:space:]]*$" >/dev/null ||
+			fail "no rule 'from $addr lookup $table': $(in_pod v6two ip -6 rule show | tr '\n' ';')"
+		routes=$(in_pod v6two ip -6 route show table "$table")
+		assert_match "$routes" "fd00:99::/64 via fd00:41::1 dev net$n " "net$n: the IPAM route in table $table"
+		assert_match "$routes" "fd00:41::/64 dev net$n " "net$n: the connected route in table $table"
+		note "net$n: $addr, table $table: $(tr '\n' ';' <<<"$routes")"
+	done
+	assert_no_match "$(in_pod v6two ip -6 route show table main)" 'fd00:99::' "IPAM routes in main"
+	for n in 1 2; do
+		assert_ok cni_exec CHECK "/tmp/v6two.$n.prev" /run/netns/v6two "net$n" v6two
+	done
+	# A route deleted from net1's table
+	in_pod v6two ip -6 route del fd00:99::/64 table "${tables[1]}"
+	assert_fails cni_exec CHECK /tmp/v6two.1.prev /run/netns/v6two net1 v6two
+	assert_eq "$(cni_code "$OUT")" 107 "CHECK after the route was deleted (stdout: $OUT)"
+	assert_match "$OUT" "expected a route to fd00:99::/64 in table ${tables[1]}" "CHECK names the route"
+	# A prevResult whose MAC, or sandbox, is not net2's
+	jq '.prevResult.interfaces[0].mac = "02:00:00:00:00:01"' /tmp/v6two.2.prev >/tmp/v6two.mac
+	assert_fails cni_exec CHECK /tmp/v6two.mac /run/netns/v6two net2 v6two
+	assert_match "$(cni_code "$OUT") $OUT" '^107 .*expected MAC 02:00:00:00:00:01' "CHECK with another MAC"
+	jq '.prevResult.interfaces[0].sandbox = "/run/netns/other"' /tmp/v6two.2.prev >/tmp/v6two.sandbox
+	assert_fails cni_exec CHECK /tmp/v6two.sandbox /run/netns/v6two net2 v6two
+	assert_match "$(cni_code "$OUT") $OUT" '^107 .*sandbox.*/run/netns/other' "CHECK with another sandbox"
+	for n in 1 2; do
+		assert_ok cni_exec DEL "/tmp/v6two.$n.prev" /run/netns/v6two "net$n" v6two
+	done
+	assert_eq "$(pod_rules v6two)" "" "source rules after DEL"
+	assert_eq "$(compgen -G '/var/lib/cni/networks/v6two/*:*' || true)" "" "host-local allocations after DEL"
 }

@@ -126,12 +126,61 @@ test_fault_kill_during_ipam_then_del() {
 	roce_conf /tmp/f-kill1.conf f-kill1 rdma2 1.0.0 "$FAULT_SUBNET" \
 		"{\"ipam\": {\"type\": \"ipam-slow\", \"subnet\": \"$FAULT_SUBNET\"}}"
 	kill_add_at /tmp/f-kill1.conf fkill1 '[[ -s /run/fake-ipam/ipam-slow.pid ]]'
-	kill -9 "$(cat /run/fake-ipam/ipam-slow.pid)" 2>/dev/null || true
+	# The IPAM plugin dies with the plugin that ran it (parent-death signal), by itself.
+	wait_dead "$(cat /run/fake-ipam/ipam-slow.pid)" "the IPAM plugin of the killed ADD"
 	assert_eq "$(pod_links fkill1)" "net1 " "killed during IPAM: the child is there"
 	[[ -n $(host_local_ips f-kill1) ]] || fail "killed during IPAM: no allocation to clean up"
 	assert_ok cni_exec DEL /tmp/f-kill1.conf /run/netns/fkill1 net1 kill-fkill1
 	in_pod fkill1 sysctl -qw net.ipv4.conf.all.rp_filter=1 # never set: killed before sysctls
 	assert_nothing_left fkill1 f-kill1 "kill during IPAM, then DEL"
+}
+
+# An IPAM plugin that has not allocated yet when the runtime kills the plugin must not allocate
+# afterwards, behind the DEL's back: it is killed with the plugin (PR_SET_PDEATHSIG).
+test_fault_kill_before_ipam_allocates_then_del() {
+	fault_setup fkill4
+	fake_ipam ipam-late late
+	roce_conf /tmp/f-kill4.conf f-kill4 rdma3 1.0.0 "$FAULT_SUBNET" \
+		"{\"ipam\": {\"type\": \"ipam-late\", \"subnet\": \"$FAULT_SUBNET\"}}"
+	kill_add_at /tmp/f-kill4.conf fkill4 '[[ -s /run/fake-ipam/ipam-late.pid ]]'
+	local ipam
+	ipam=$(cat /run/fake-ipam/ipam-late.pid)
+	wait_dead "$ipam" "the IPAM plugin of the killed ADD"
+	assert_ok cni_exec DEL /tmp/f-kill4.conf /run/netns/fkill4 net1 kill-fkill4
+	# Were it alive, this would let it allocate now (the FIFO is opened read-write: no block).
+	echo go 1<>/run/fake-ipam/ipam-late.go
+	in_pod fkill4 sysctl -qw net.ipv4.conf.all.rp_filter=1 # never set: killed before sysctls
+	assert_nothing_left fkill4 f-kill4 "kill before IPAM allocated, then DEL"
+}
+
+# A hung IPAM plugin is killed at its deadline, with what it started, and what it allocated is
+# released by the IPAM DEL of the rollback. First its own limit (timeouts.ipamMs), then the
+# ADD's total budget (timeouts.totalMs) cuts it. The limits leave the fake (bash, jq and
+# host-local, under TCG) time to reach its hang; that it did is checked (its pid file).
+test_fault_ipam_hangs_after_allocating_is_killed_and_released() {
+	fault_setup fhang
+	fake_ipam ipam-hang hang
+	local ipam='{"type": "ipam-hang", "subnet": "'$FAULT_SUBNET'"}' what limits
+	for limits in '{"ipamMs": 20000, "totalMs": 120000}' '{"ipamMs": 120000, "totalMs": 25000}'; do
+		roce_conf /tmp/f-hang.conf f-hang rdma2 1.0.0 "$FAULT_SUBNET" "{\"ipam\": $ipam, \"timeouts\": $limits}"
+		what="IPAM plugin hanging, timeouts $limits"
+		rm -f /run/fake-ipam/ipam-hang.{pid,helper}
+		# timeout: without a deadline of its own the ADD would wait forever.
+		assert_fails timeout 120 bash -c 'source tests/vm/lib.sh; cni_exec ADD /tmp/f-hang.conf /run/netns/fhang'
+		((RC != 124)) || fail "$what: the ADD never returned"
+		assert_eq "$(cni_code "$OUT")" 103 "$what: code (stdout: $OUT)"
+		case $limits in
+		*'"totalMs": 25000'*) assert_match "$OUT" 'ipam-hang ADD did not finish within [0-9]+ ms \(what was left of timeouts.totalMs 25000\) and was killed' "$what: message" ;;
+		*) assert_match "$OUT" 'ipam-hang ADD did not finish within 20000 ms and was killed.*timeouts' "$what: message" ;;
+		esac
+		[[ -s /run/fake-ipam/ipam-hang.pid ]] ||
+			fail "$what: the fake IPAM was killed before it reached its hang (a host too slow for the limit)"
+		wait_dead "$(cat /run/fake-ipam/ipam-hang.pid)" "$what: the IPAM plugin"
+		wait_dead "$(cat /run/fake-ipam/ipam-hang.helper)" "$what: the IPAM plugin's helper (same process group)"
+		assert_match "$(cat /run/fake-ipam/ipam-hang.log)" 'DEL' "$what: the rollback ran IPAM DEL"
+		assert_nothing_left fhang f-hang "$what"
+		note "$what: $(jq -r .msg <<<"$OUT" | cut -c1-120)"
+	done
 }
 
 test_fault_kill_during_gid_wait_then_del() {
@@ -295,4 +344,76 @@ test_fault_sysctl_write_fails_after_a_pod_wide_one() {
 	roce_conf /tmp/f-sysctl-base.conf f-sysctl-write rdma1 1.0.0 "$FAULT_SUBNET"
 	jq '.sysctl = {"net.ipv4.conf.IFNAME.no_such_key": "1"}' /tmp/f-sysctl-base.conf >"$conf"
 	fault_add "$conf" fsysctl 106 'cannot set net\.ipv4\.conf\.net1\.no_such_key' "unknown sysctl key"
+}
+
+# stdout and stderr are a pipe whose reader is gone, as for the orphaned plugin of a killed
+# Multus: every write fails with EPIPE. An ADD that fails late (at the GID wait, after the
+# sysctls and the source rule) must still undo everything, and exit 1, not die of a panic
+# (101, or 134 for the release build's abort). Then the same with both closed.
+test_fault_add_fails_late_with_broken_stdout_and_stderr() {
+	fault_setup fepipe
+	local other rc rw w
+	other=$(rail_rdma_dev rdma0)
+	roce_conf /tmp/f-epipe.conf f-epipe rdma1 1.0.0 "$FAULT_SUBNET" \
+		"{\"rdma\": {\"device\": \"$other\", \"gidTimeoutMs\": 1500}, \"logLevel\": \"debug\"}"
+	rm -f /tmp/f-epipe.fifo
+	mkfifo /tmp/f-epipe.fifo
+	# Opened read-write first, so that opening it for writing does not block; then the only
+	# reader goes.
+	# shellcheck disable=SC2094 # one FIFO, both ends on purpose
+	exec {rw}<>/tmp/f-epipe.fifo {w}>/tmp/f-epipe.fifo
+	exec {rw}<&-
+	rc=0
+	CNI_COMMAND=ADD CNI_CONTAINERID=epipe CNI_NETNS=/run/netns/fepipe CNI_IFNAME=net1 \
+		CNI_PATH=$CNI_PATH "$CNI_BIN_DIR/roce-ipvlan" </tmp/f-epipe.conf 1>&"$w" 2>&"$w" || rc=$?
+	exec {w}>&-
+	assert_eq "$rc" 1 "exit status of the ADD with a broken stdout and stderr"
+	assert_nothing_left fepipe f-epipe "ADD failing late with a broken stdout and stderr"
+	rc=0
+	CNI_COMMAND=ADD CNI_CONTAINERID=epipe CNI_NETNS=/run/netns/fepipe CNI_IFNAME=net1 \
+		CNI_PATH=$CNI_PATH "$CNI_BIN_DIR/roce-ipvlan" </tmp/f-epipe.conf >&- 2>&- || rc=$?
+	assert_eq "$rc" 1 "exit status of the ADD with stdout and stderr closed"
+	assert_nothing_left fepipe f-epipe "ADD failing late with stdout and stderr closed"
+}
+
+# Under a small pids.max (cgroup v2) thread creation fails with EAGAIN, at different steps for
+# different limits. Each ADD either works or fails with a CNI error and leaves nothing; none
+# dies of a panic (a thread that cannot be spawned was one, before the undo could run).
+test_fault_add_under_a_small_pids_limit() {
+	fault_setup fpids
+	local cg=/sys/fs/cgroup max conf=/tmp/f-pids.conf refused=0
+	[[ -e $cg/cgroup.controllers ]] || mount -t cgroup2 none "$cg"
+	grep -qw pids "$cg/cgroup.controllers" || fail "the VM kernel has no pids cgroup controller"
+	echo +pids >"$cg/cgroup.subtree_control"
+	mkdir -p "$cg/roce-pids"
+	trap 'rmdir /sys/fs/cgroup/roce-pids 2>/dev/null; cleanup_pods' EXIT
+	roce_conf "$conf" f-pids rdma2 1.0.0 "$FAULT_SUBNET"
+	for max in 1 2 3 4 6 8; do
+		echo "$max" >"$cg/roce-pids/pids.max"
+		# The plugin replaces the shell that moved itself into the cgroup: it is the only
+		# process there, and its threads and children count against the limit.
+		# shellcheck disable=SC2016 # expanded by the inner shell
+		run_cmd bash -c 'echo $BASHPID >/sys/fs/cgroup/roce-pids/cgroup.procs &&
+			CNI_COMMAND=ADD CNI_CONTAINERID=pids CNI_NETNS=/run/netns/fpids CNI_IFNAME=net1 \
+			exec "$CNI_BIN_DIR/roce-ipvlan"' <"$conf"
+		if ((RC == 0)); then
+			note "pids.max $max: ADD worked"
+			assert_ok cni_exec DEL "$conf" /run/netns/fpids net1 pids
+			in_pod fpids sysctl -qw net.ipv4.conf.all.rp_filter=1 # set by the ADD, kept by DEL
+		else
+			refused=$((refused + 1))
+			assert_eq "$RC" 1 "pids.max $max: exit status (stdout: $OUT, stderr: $(tail -c 300 <<<"$ERR"))"
+			assert_match "$(cni_code "$OUT")" '^[0-9]+$' "pids.max $max: a CNI error (stdout: $OUT)"
+			note "pids.max $max: $(cni_code "$OUT") $(jq -r .msg <<<"$OUT" | cut -c1-110)"
+			# The undo of what is in the pod needs no new thread or process...
+			assert_eq "$(pod_links fpids)" "" "pids.max $max: links left by the failed ADD"
+			assert_eq "$(pod_rules fpids)" "" "pids.max $max: rules left by the failed ADD"
+			assert_eq "$(in_pod fpids sysctl -n net.ipv4.conf.all.rp_filter)" 1 "pids.max $max: pod-wide rp_filter"
+			# ...but IPAM DEL does (a fork): when the limit forbids it, the runtime's DEL after
+			# the failed ADD releases the address.
+			assert_ok cni_exec DEL "$conf" /run/netns/fpids net1 pids
+		fi
+		assert_nothing_left fpids f-pids "ADD under pids.max $max"
+	done
+	((refused > 0)) || fail "no pids.max made the ADD fail: the test did not test anything"
 }

@@ -2,7 +2,8 @@
 # ADD at once, then every CHECK at once, then every DEL at once; CONC_ROUNDS rounds (default 3).
 # Zero failures, zero leaks, and within each pod one routing table per child, numbered
 # 10000 + the child's ifindex. All attachments share one flat host-local range (the A100
-# layout), so host-local's own lock is exercised too; roce-ipvlan itself takes no lock.
+# layout), so host-local's own lock is exercised too, and so are roce-ipvlan's own (lock.rs:
+# per attachment, and per pod around the pod-wide sysctl steps).
 
 CONC_RAILS="rdma0 rdma1 rdma2 rdma3"
 
@@ -31,6 +32,76 @@ conc_all() {
 		f=$(head -n1 <<<"$bad")
 		fail "$cmd failed for $(wc -l <<<"$bad") attachments, e.g. ${f%.rc}: $(cat "${f%.rc}.out" "${f%.rc}.err" | head -c 600)"
 	fi
+}
+
+# Two ADDs into one pod at once; the first fails after the pod-wide sysctl step (its GID never
+# appears: rdma.device of another rail), the second works. The second relies on the pod-wide
+# all.rp_filter=0 the first wrote (it found 0 there, so it saved 0): the first's undo must not
+# put back the 1 it found while the second stands.
+test_concurrency_failed_add_keeps_a_concurrent_adds_pod_wide_sysctl() {
+	require_plugin
+	local other pid1 rc1=0 rc2=0
+	other=$(rail_rdma_dev rdma0)
+	new_pod cpw
+	in_pod cpw sysctl -qw net.ipv4.conf.all.rp_filter=1
+	# Generous limits: the test must not depend on how fast a loaded TCG host runs the second
+	# ADD, which waits for the first's pod lock.
+	roce_conf /tmp/cpw-fail.conf cpw rdma1 1.0.0 10.9.81.0/24 \
+		"{\"rdma\": {\"device\": \"$other\", \"gidTimeoutMs\": 15000}, \"timeouts\": {\"totalMs\": 30000}}"
+	roce_conf /tmp/cpw-ok.conf cpw rdma2 1.0.0 10.9.81.0/24 '{"timeouts": {"totalMs": 60000}}'
+	cni_exec ADD /tmp/cpw-fail.conf /run/netns/cpw net1 cpw >/tmp/cpw-fail.out 2>&1 &
+	pid1=$!
+	# The second starts once the first has written the pod-wide value; the first then waits
+	# 15 s for its GID, while the second needs a second or two.
+	for _ in $(seq 300); do
+		[[ $(in_pod cpw sysctl -n net.ipv4.conf.all.rp_filter) == 0 ]] && break
+		kill -0 "$pid1" 2>/dev/null || fail "the first ADD ended before its sysctl step: $(cat /tmp/cpw-fail.out)"
+		sleep 0.1
+	done
+	cni_exec ADD /tmp/cpw-ok.conf /run/netns/cpw net2 cpw >/tmp/cpw-ok.out 2>/tmp/cpw-ok.err || rc2=$?
+	wait "$pid1" || rc1=$?
+	assert_eq "$rc2" 0 "the second ADD: $(cat /tmp/cpw-ok.out /tmp/cpw-ok.err)"
+	((rc1 != 0)) || fail "the first ADD should have failed (GID on another rail)"
+	assert_match "$(cat /tmp/cpw-fail.out)" '"code":104' "the first ADD's error"
+	assert_eq "$(pod_links cpw)" "net2 " "links in the pod"
+	assert_eq "$(in_pod cpw sysctl -n net.ipv4.conf.all.rp_filter)" 0 \
+		"pod-wide rp_filter under the second attachment after the first ADD's undo"
+	assert_ok cni_exec DEL /tmp/cpw-ok.conf /run/netns/cpw net2 cpw
+	assert_eq "$(host_local_ips cpw)" "" "host-local allocations after DEL"
+}
+
+# The runtime gave up on an ADD (its IPAM is slow) and sends DEL while the orphaned ADD still
+# runs. The DEL waits for it, then removes what it built: nothing is left, rather than a DEL
+# that reports success and an ADD that completes the attachment after it.
+test_concurrency_del_waits_for_its_orphaned_add() {
+	require_plugin
+	fake_ipam ipam-orphan late
+	new_pod corph
+	roce_conf /tmp/corph.conf corph rdma3 1.0.0 10.9.82.0/24 \
+		'{"ipam": {"type": "ipam-orphan", "subnet": "10.9.82.0/24"}}'
+	local add del rc_add=0 rc_del=0
+	cni_exec ADD /tmp/corph.conf /run/netns/corph net1 orphan >/tmp/corph-add.out 2>&1 &
+	add=$!
+	for _ in $(seq 300); do
+		[[ -s /run/fake-ipam/ipam-orphan.pid ]] && break
+		sleep 0.1
+	done
+	[[ -s /run/fake-ipam/ipam-orphan.pid ]] || fail "the ADD never reached its IPAM: $(cat /tmp/corph-add.out)"
+	cni_exec DEL /tmp/corph.conf /run/netns/corph net1 orphan >/tmp/corph-del.out 2>&1 &
+	del=$!
+	until grep -q 'waiting for it' /tmp/corph-del.out; do
+		kill -0 "$del" 2>/dev/null ||
+			fail "the DEL finished while its ADD was still running: $(cat /tmp/corph-del.out)"
+		sleep 0.1
+	done
+	echo go 1<>/run/fake-ipam/ipam-orphan.go # the IPAM allocates and the ADD goes on
+	wait "$add" || rc_add=$?
+	wait "$del" || rc_del=$?
+	assert_eq "$rc_add" 0 "the orphaned ADD: $(cat /tmp/corph-add.out)"
+	assert_eq "$rc_del" 0 "the DEL: $(cat /tmp/corph-del.out)"
+	assert_eq "$(pod_links corph)" "" "links left after the DEL"
+	assert_eq "$(pod_rules corph)" "" "rules left after the DEL"
+	assert_eq "$(host_local_ips corph)" "" "host-local allocations after the DEL"
 }
 
 test_concurrency_pods_by_rails_rounds() {

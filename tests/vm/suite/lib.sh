@@ -51,12 +51,19 @@ require_plugin() {
 		fail "roce-ipvlan binary not found (ROCE_IPVLAN_BIN=${ROCE_IPVLAN_BIN:-unset}); build it with 'make build'"
 }
 
+# The suite's configurations carry these time limits (configuration.md, "Time limits"): the
+# defaults (20 s per ADD, 10 s per IPAM call) are for a node, and the VM is emulated (TCG),
+# often next to other VMs on the same cores, where a bash fake IPAM with jq and host-local, or
+# 128 parallel ADDs queueing on host-local's lock, can take longer. Tests of the limits set
+# their own "timeouts" (the EXTRA_JSON below replaces this one).
+VM_TIMEOUTS='{"timeouts": {"totalMs": 120000, "ipamMs": 120000}}'
+
 # roce_conf FILE NAME MASTER VERSION SUBNET [EXTRA_JSON]: a roce-ipvlan config with host-local
 roce_conf() {
 	jq -n --arg name "$2" --arg master "$3" --arg v "$4" --arg subnet "$5" \
-		--argjson extra "${6:-{\}}" \
+		--argjson extra "${6:-{\}}" --argjson limits "$VM_TIMEOUTS" \
 		'{cniVersion: $v, name: $name, type: "roce-ipvlan", master: $master, mode: "l2",
-		  ipam: {type: "host-local", subnet: $subnet}} + $extra' >"$1"
+		  ipam: {type: "host-local", subnet: $subnet}} + $limits + $extra' >"$1"
 }
 
 # --- GIDs ---
@@ -193,7 +200,13 @@ cni_code() { jq -r '.code // empty' <<<"$1" 2>/dev/null || true; }
 #   garbage  ADD prints something that is not JSON and exits 0
 #   noips    ADD prints a result with no ips
 #   killns   ADD allocates, deletes the pod's netns (ip netns del), then returns the address
-#   slow     ADD allocates, writes its pid to /run/fake-ipam/NAME.pid, sleeps 60 s, returns
+#   slow     ADD allocates, writes its pid to /run/fake-ipam/NAME.pid, waits 600 s, returns
+#   hang     ADD allocates, starts a helper process (its pid in NAME.helper), writes its pid to
+#            NAME.pid and waits forever
+#   late     ADD writes its pid to NAME.pid, waits for a line on the FIFO NAME.go, then
+#            allocates and returns the address (an IPAM that allocates after a slow start)
+# Waits are bash builtins (read on a FIFO held open read-write, so no EOF ever comes), so the
+# pid in NAME.pid is the only process of the IPAM plugin unless a mode says otherwise.
 fake_ipam() {
 	local name=$1 mode=$2
 	mkdir -p /run/fake-ipam
@@ -207,6 +220,7 @@ fake_ipam() {
 		printf '%s' "\$in" >"\$state.\$CNI_COMMAND.json"
 		v=\$(jq -r '.cniVersion // "1.0.0"' <<<"\$in")
 		hl() { jq '.ipam.type = "host-local" | .cniVersion = (if .cniVersion == "1.1.0" then "1.0.0" else .cniVersion end)' <<<"\$in" | $CNI_BIN_DIR/host-local; }
+		pause() { local f=\$state.pause.\$\$; mkfifo "\$f"; read -r \${1:+-t "\$1"} _ <>"\$f"; rm -f "\$f"; }
 		err() { printf '{"cniVersion":"%s","code":%s,"msg":"%s"}\n' "\$v" "\$1" "\$2"; exit 1; }
 		case "\$CNI_COMMAND/$mode" in
 		VERSION/v11) echo '{"cniVersion":"1.1.0","supportedVersions":["0.4.0","1.0.0","1.1.0"]}' ;;
@@ -216,11 +230,33 @@ fake_ipam() {
 		ADD/garbage) echo "this is not JSON" ;;
 		ADD/noips) echo "{\"cniVersion\":\"\$v\",\"ips\":[]}" ;;
 		ADD/killns) out=\$(hl) || { echo "\$out"; exit 1; }; ip netns del "\$(basename "\$CNI_NETNS")"; echo "\$out" ;;
-		ADD/slow) out=\$(hl) || { echo "\$out"; exit 1; }; echo \$\$ >"\$state.pid"; sleep 60; echo "\$out" ;;
+		ADD/slow) out=\$(hl) || { echo "\$out"; exit 1; }; echo \$\$ >"\$state.pid"; pause 600; echo "\$out" ;;
+		ADD/hang) out=\$(hl) || { echo "\$out"; exit 1; }; sleep 1000 & echo \$! >"\$state.helper"; echo \$\$ >"\$state.pid"; pause ;;
+		ADD/late) echo \$\$ >"\$state.pid"; read -r _ <>"\$state.go"; hl ;;
 		*) hl ;;
 		esac
 	SCRIPT
+	[[ $mode != late ]] || mkfifo "/run/fake-ipam/$name.go"
 	chmod +x "$CNI_BIN_DIR/$name"
+}
+
+alive() { # alive PID: the process exists and is not a zombie
+	local stat
+	[[ $1 =~ ^[0-9]+$ ]] || fail "alive: '$1' is not a process id"
+	stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+	stat=${stat##*) }
+	[[ ${stat%% *} != Z ]]
+}
+
+# wait_dead PID WHAT: the process ends within 10 s (it was sent SIGKILL, or must have been).
+# Bounded by the clock, not by a count of polls: under a loaded TCG host a poll can take long.
+wait_dead() {
+	local deadline=$((SECONDS + 10))
+	while alive "$1"; do
+		((SECONDS < deadline)) ||
+			fail "$2: process $1 ($(tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null)) is still running"
+		sleep 0.1
+	done
 }
 
 # pod_links POD: the pod's links other than lo, space-separated ("" when none)

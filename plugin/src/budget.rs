@@ -1,0 +1,140 @@
+//! The time budget of one invocation: one deadline, fixed when the command starts, that every
+//! wait (the attachment lock, IPAM, the RA, the GID) takes its share of.
+//!
+//! The kubelet gives a whole RunPodSandbox 4 minutes (twice its `--runtime-request-timeout`
+//! of 2 minutes, pkg/kubelet/cri/remote/remote_runtime.go), and Multus runs a pod's
+//! attachments one after the other inside that call. So each attachment must fail in bounded
+//! time, well under that deadline, with its undo done, rather than let the runtime kill it
+//! half-way: a killed ADD leaves its cleanup to a DEL that may come much later. Each wait keeps
+//! its own limit (`rdma.gidTimeoutMs`, `ipv6.raTimeoutMs`, `timeouts.ipamMs`) and is cut to what
+//! is left of `timeouts.totalMs`. docs/configuration.md has the numbers.
+
+use std::time::{Duration, Instant};
+
+/// The deadline of one invocation.
+#[derive(Debug, Clone, Copy)]
+pub struct Budget {
+    deadline: Instant,
+    total: Duration,
+}
+
+/// How long one wait may take: its own limit, cut to what is left of the budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Share {
+    pub limit: Duration,
+    /// True when the budget, not the wait's own limit, decided `limit`.
+    pub cut: bool,
+}
+
+impl Budget {
+    pub fn start(total: Duration) -> Budget {
+        Budget::starting_at(Instant::now(), total)
+    }
+
+    pub fn starting_at(now: Instant, total: Duration) -> Budget {
+        Budget {
+            deadline: now + total,
+            total,
+        }
+    }
+
+    pub fn total(&self) -> Duration {
+        self.total
+    }
+
+    /// What is left at `now` (zero once the deadline has passed).
+    pub fn remaining_at(&self, now: Instant) -> Duration {
+        self.deadline.saturating_duration_since(now)
+    }
+
+    /// The share of a wait whose own limit is `own`, starting at `now`.
+    pub fn share_at(&self, now: Instant, own: Duration) -> Share {
+        let left = self.remaining_at(now);
+        if own <= left {
+            Share {
+                limit: own,
+                cut: false,
+            }
+        } else {
+            Share {
+                limit: left,
+                cut: true,
+            }
+        }
+    }
+
+    pub fn share(&self, own: Duration) -> Share {
+        self.share_at(Instant::now(), own)
+    }
+}
+
+impl Share {
+    /// For error messages: "5000 ms" or "1200 ms (what was left of timeouts.totalMs 30000)".
+    pub fn describe(&self, total: Duration) -> String {
+        if self.cut {
+            format!(
+                "{} ms (what was left of timeouts.totalMs {})",
+                self.limit.as_millis(),
+                total.as_millis()
+            )
+        } else {
+            format!("{} ms", self.limit.as_millis())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn a_wait_keeps_its_own_limit_while_the_budget_allows_it() {
+        let t0 = Instant::now();
+        let b = Budget::starting_at(t0, 30_000 * MS);
+        let s = b.share_at(t0 + 1_000 * MS, 10_000 * MS);
+        assert_eq!(
+            s,
+            Share {
+                limit: 10_000 * MS,
+                cut: false
+            }
+        );
+        assert_eq!(s.describe(b.total()), "10000 ms");
+    }
+
+    #[test]
+    fn each_wait_takes_what_the_earlier_ones_left() {
+        // IPAM took 25 s of a 30 s budget: the GID wait (10 s of its own) gets the last 5 s.
+        let t0 = Instant::now();
+        let b = Budget::starting_at(t0, 30_000 * MS);
+        let s = b.share_at(t0 + 25_000 * MS, 10_000 * MS);
+        assert_eq!(
+            s,
+            Share {
+                limit: 5_000 * MS,
+                cut: true
+            }
+        );
+        assert_eq!(
+            s.describe(b.total()),
+            "5000 ms (what was left of timeouts.totalMs 30000)"
+        );
+        // The sum of the shares never exceeds the budget.
+        let ipam = b.share_at(t0, 20_000 * MS);
+        let ra = b.share_at(t0 + ipam.limit, 10_000 * MS);
+        let gid = b.share_at(t0 + ipam.limit + ra.limit, 10_000 * MS);
+        assert_eq!(ipam.limit + ra.limit + gid.limit, 30_000 * MS);
+        assert!(!ipam.cut && gid.cut);
+    }
+
+    #[test]
+    fn nothing_is_left_after_the_deadline() {
+        let t0 = Instant::now();
+        let b = Budget::starting_at(t0, 1_000 * MS);
+        assert_eq!(b.remaining_at(t0 + 5_000 * MS), Duration::ZERO);
+        assert_eq!(b.share_at(t0 + 5_000 * MS, 10 * MS).limit, Duration::ZERO);
+        assert_eq!(b.remaining_at(t0 + 400 * MS), 600 * MS);
+    }
+}
