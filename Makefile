@@ -12,7 +12,9 @@
 #   make vm-ofed   the OFED-view suite (tests/vm/suite/12-ofed.sh) in a VM whose RDMA core hides
 #                  other namespaces' GIDs as DOCA-OFED's does (VM_RDMA=ofed; the modules are built
 #                  once and cached, tests/vm/ofed/build.sh)
+#   make vm-traffic-ofed  the fix between pods on two nodes on the OFED view of the 7.x kernel
 #   make test      lint + unit + validate-manifests + image-test + vm-test + vm-ofed + vm-traffic
+#                  + vm-traffic-ofed
 #                  (what CI runs)
 #   make image     static release binary built on the host, in a FROM scratch image of
 #                  deploy/Containerfile (podman; offline, no registry); IMAGE_ARCH=aarch64 for
@@ -54,7 +56,7 @@ RUST_TARGET = $(if $(filter arm64,$(IMAGE_ARCH)),aarch64,$(IMAGE_ARCH))-unknown-
 STATIC_BIN = target/$(RUST_TARGET)/release/roce-ipvlan
 IMAGE_CONTEXT = target/image/$(RUST_TARGET)
 
-.PHONY: build unit lint vm-test vm-suite test vm-shell demo deps validate-manifests static image image-test vm-traffic demo-traffic fuzz vm-ofed
+.PHONY: build unit lint vm-test vm-suite test vm-shell demo deps validate-manifests static image image-test vm-traffic demo-traffic fuzz vm-ofed vm-traffic-ofed
 
 build:
 	$(CARGO) build --locked -p roce-ipvlan
@@ -86,6 +88,7 @@ test:
 	$(MAKE) vm-test
 	$(MAKE) vm-ofed
 	$(MAKE) vm-traffic
+	$(MAKE) vm-traffic-ofed
 
 validate-manifests: build
 	tests/validate-manifests.sh
@@ -123,6 +126,11 @@ vm-ofed: build
 # trixie-backports' kernel (tests/vm/kernel.sh); the rest of the suite stays on bookworm's.
 vm-traffic: build
 	VM_KERNEL=backports tests/vm/run.sh tests/vm/suite/run.sh '^test_traffic_'
+
+# Issue #15 case 2, the fix between two nodes on the OFED view of the traffic kernel
+# (tests/vm/suite/91-traffic-ofed.sh).
+vm-traffic-ofed: build
+	VM_KERNEL=backports VM_RDMA=ofed tests/vm/run.sh tests/vm/suite/run.sh '^test_traffic_ofed_'
 
 demo-traffic: deps build
 	VM_KERNEL=backports tests/vm/run.sh tests/vm/demo-traffic.sh

@@ -3,7 +3,9 @@
 #   tests/vm/suite/run.sh [PATTERN...]   run tests whose name matches any ERE PATTERN
 # Without a PATTERN, all but test_traffic_* (they need VM_KERNEL=backports: make vm-traffic), and
 # of 12-ofed.sh only the tests of the RDMA view the VM booted: test_ofed_* with VM_RDMA=ofed,
-# test_upstream_* without (make vm-ofed; each fails on the other view).
+# test_upstream_* without (make vm-ofed; each fails on the other view). test_traffic_ofed_*
+# (91-traffic-ofed.sh) run only with VM_RDMA=ofed (make vm-traffic-ofed), even when a pattern
+# selects them, unless a pattern names "ofed" (to see them fail on the upstream view).
 # Prints one line per test and ends with "vm: N passed, M failed". Exits non-zero when a test
 # failed or when nothing ran.
 set -euo pipefail
@@ -19,6 +21,9 @@ for file in "$here"/[0-9]*.sh; do
 			match=0
 			for p in "$@"; do [[ $t =~ $p ]] && match=1; done
 			((match)) || continue
+			if [[ $t == test_traffic_ofed_* && ${VM_RDMA:-upstream} != ofed && $* != *ofed* ]]; then
+				continue # OFED view only: 'make vm-traffic-ofed'
+			fi
 		elif [[ $t == test_traffic_* ]]; then
 			continue # needs the backports kernel: 'make vm-traffic' (90-traffic.sh)
 		elif [[ $t == test_ofed_* && ${VM_RDMA:-upstream} != ofed ]] ||
