@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Helpers for code running inside the test VM (sourced; bash). Nothing here runs on the host.
 #
 #   vm_setup            modules, rails, rxe devices, CNI bin dir (guest.sh calls it once)

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Harness checks that need no roce-ipvlan binary: the emulated node is what the plugin tests
 # assume, and Debian's reference chain (ipvlan + tuning + sbr + host-local, the chain operators
 # run today) works through the same libcni driver on the same rails.

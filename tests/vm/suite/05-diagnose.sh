@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # roce-ipvlan diagnose on a real kernel with Soft-RoCE rails (docs/troubleshooting.md).
 # This is the kernel's own ib_core: every GID is visible from every namespace. "Hidden" GIDs (the
 # DOCA-OFED check) are provoked on the OFED view by 12-ofed.sh (test_ofed_diagnose_live).

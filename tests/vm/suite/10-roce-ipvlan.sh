@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # roce-ipvlan against docs/contract.md on a real kernel with Soft-RoCE rails.
 # cniVersion 0.4.0 and 1.0.0 go through libcni (cnidriver), as a runtime would; 1.1.0 is newer
 # than libcni 1.1.2 knows, so it and the raw "roce" result object use direct exec (cni_exec).

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # The bug roce-ipvlan exists for, on a real kernel: the OFED view of the RDMA core
 # (VM_RDMA=ofed, tests/vm/ofed/; docs/testing.md "The OFED view") hides every GID whose netdev is
 # in another network namespace, as DOCA-OFED's ib_core does

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Routed IPv6 rails (B300 layout): each rail has its own router announcing its own /64 by RA;
 # the child gets its routable address by SLAAC. The router of rail N runs radvd in netns rtrN on
 # peerN, the second NIC on rail N's QEMU hub (the rail's L2 segment).
@@ -81,7 +82,7 @@ verify_slaac() {
 	assert_eq "$(in_pod "$pod" cat /proc/sys/net/ipv6/conf/lo/disable_ipv6)" 1 "pod lo.disable_ipv6"
 	assert_eq "$(in_pod "$pod" cat "/proc/sys/net/ipv6/conf/$ifn/disable_ipv6")" 0 "$ifn disable_ipv6"
 	table=$((10000 + $(in_pod "$pod" cat "/sys/class/net/$ifn/ifindex")))
-	grep -qE "^1000:[[:space:]]+from $addr lookup $table[[:space:]]*$" <<<"$(in_pod "$pod" ip -6 rule show)" ||
+	grep -qE "^1000:[[:space:]]+from $addr lookup ${table}[[:space:]]*$" <<<"$(in_pod "$pod" ip -6 rule show)" ||
 		fail "no rule '1000: from $addr lookup $table': $(in_pod "$pod" ip -6 rule show | tr '\n' ';')"
 	assert_match "$(in_pod "$pod" ip -6 route show table "$table")" "default via fe80:[0-9a-f:]+ dev $ifn" \
 		"rail default route in table $table"

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Rail selection (plugin/src/rail.rs): one configuration without "master" serving every rail.
 # The rails are virtio-net-pci NICs, so each has a real PCI address, as a ConnectX PF has; the
 # rxe devices stand in for mlx5_N. Precedence: args.cni > deviceID > master > rdma.device;

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Hardening (issue 14, part A) on a real kernel, through libcni (cnidriver) where a runtime
 # would call: DEL that never strands a pod, the NAD (not the pod) choosing the rail, the host
 # namespace refused as a pod, interface names the kernel would rewrite.

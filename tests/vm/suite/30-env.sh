@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # `roce-ipvlan env` inside a pod (docs/workload-env.md), and Multus device-info at ADD/DEL.
 # Every value env prints is checked against sysfs read inside the pod.
 

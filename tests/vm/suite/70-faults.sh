@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # The fault matrix (docs/failure-modes.md): every failure gives its CNI code and a message that
 # names the cause, AND leaves nothing behind: no link in the pod or the host, no host-local
 # allocation, no source rule, no change to the pod's or the host's sysctls. Kills with SIGKILL

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Concurrency (docs/failure-modes.md#concurrency): CONC_PODS pods (default 32) x 4 rails, every
 # ADD at once, then every CHECK at once, then every DEL at once; CONC_ROUNDS rounds (default 3).
 # Zero failures, zero leaks, and within each pod one routing table per child, numbered
@@ -157,7 +158,7 @@ test_concurrency_pods_by_rails_rounds() {
 				idx=${line%%:*}
 				ip=${addr[$p.$n]}
 				want=$((10000 + idx))
-				re="(^|"$'\n'")1000:[[:space:]]+from ${ip//./\\.} lookup $want[[:space:]]*("$'\n'"|\$)"
+				re="(^|"$'\n'")1000:[[:space:]]+from ${ip//./\\.} lookup ${want}[[:space:]]*("$'\n'"|\$)"
 				[[ $rules =~ $re ]] ||
 					fail "round $round: conc$p has no rule 'from $ip lookup $want': $rules"
 				tables+="$want "

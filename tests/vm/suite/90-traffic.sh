@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Pod-to-pod traffic between two emulated nodes over the rails (docs/traffic.md): each packet
 # leaves and arrives on its own rail, and RoCE v2 runs between the pods.
 #

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # The fix, on the OFED view of the 7.x traffic kernel (issue #15 case 2; docs/testing.md "The
 # OFED view", docs/traffic.md): two pods on the two emulated nodes, attached to every rail by
 # roce-ipvlan (90-traffic.sh's flat_pods), and for each rail

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Test helpers for the VM suite (sourced by suite/run.sh, inside the VM).
 # A test is a function named test_* in suite/*.sh. It runs in its own subshell with
 # 'set -euo pipefail'; the first failing assertion ends it with a message. Namespaces it creates
@@ -137,7 +138,7 @@ verify_attachment() {
 	# ("lookup 10002 none") and makes every lookup from that source fail with EINVAL.
 	# grep without -q: ip flushes each rule as it prints it, and a grep that quits at the first
 	# match can make it die of SIGPIPE, which pipefail turns into a failed match.
-	in_pod "$pod" ip -4 rule show | grep -E "^1000:[[:space:]]+from ${ip//./\\.} lookup $table[[:space:]]*$" >/dev/null ||
+	in_pod "$pod" ip -4 rule show | grep -E "^1000:[[:space:]]+from ${ip//./\\.} lookup ${table}[[:space:]]*$" >/dev/null ||
 		fail "no rule '1000: from $ip lookup $table' in $pod (a trailing 'none' means the rule's" \
 			"action is FR_ACT_UNSPEC, not FR_ACT_TO_TBL): $(in_pod "$pod" ip -4 rule show | tr '\n' ';')"
 	routes=$(in_pod "$pod" ip -4 route show table "$table")
