@@ -273,11 +273,22 @@ pub async fn wait(
                 ))
             }
             Err(_elapsed) => {
+                // An advertisement may land at the deadline, between the last event and now. Read
+                // the router first and the addresses after it, so the description never names a
+                // router whose prefix it has not seen; and take an address that made it in time.
                 let router = pod.default_router6(index).await.ok().flatten();
+                let last = pod.addresses6(index).await.unwrap_or(now);
+                match decide(&last, conf) {
+                    Decision::Ready(network) => return Ok(SlaacAddr { network, router }),
+                    Decision::Failed(msg) => {
+                        return Err(Error::Slaac(format!("rail {rail}: {msg}")))
+                    }
+                    Decision::Waiting => {}
+                }
                 return Err(Error::Slaac(format!(
                     "no usable SLAAC address on rail {rail} within {} ms: {}",
                     conf.ra_timeout.as_millis(),
-                    describe(&now, conf, router)
+                    describe(&last, conf, router)
                 )));
             }
         }

@@ -16,6 +16,7 @@
 #   VM_RDMA          upstream (default): the kernel's own RDMA core; ofed: the same kernel with
 #                    the RDMA core patched to hide other namespaces' GIDs as DOCA-OFED's does,
 #                    built and cached by ofed/build.sh (docs/testing.md, "The OFED view")
+#   CONC_PODS, CONC_ROUNDS  the size of 80-concurrency.sh (32 pods, 2 rounds), passed into the VM
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -94,6 +95,8 @@ done
 	echo "export ROCE_REPO=$(printf %q "$repo") ROCE_MODROOT=$(printf %q "$mroot") ROCE_KVER=$kver VM_RDMA=$rdma"
 	echo "export ROCE_IPVLAN_BIN=$(printf %q "$plugin") CNIDRIVER=$(printf %q "$cnidriver")"
 	echo "export VM_RAILS=$(printf %q "$rails") VM_BARE_NICS=$(printf %q "$bare") VM_VERBOSE=$(printf %q "${VM_VERBOSE:-}") VM_PEERS=$peers"
+	# The concurrency suite's size, when set by hand (80-concurrency.sh).
+	for v in CONC_PODS CONC_ROUNDS; do [[ -n ${!v:-} ]] && echo "export $v=$(printf %q "${!v}")"; done
 	printf 'cd %q\n' "$repo"
 	printf 'exec bash %q' "$here/guest.sh"
 	printf ' %q' "$@"

@@ -171,8 +171,10 @@ test_ipv6_prefix_filter_picks_the_announced_prefix() {
 	echo "$OUT" >/tmp/pf.result
 	verify_slaac pf net1 rdma1 2001:db8:bbbb:1::/64 /tmp/pf.result >/dev/null
 	assert_ok cni_exec DEL /tmp/pf.conf /run/netns/pf net1 pf
-	# A filter that matches nothing: a clean timeout that names what was seen.
-	slaac_conf /tmp/pf2.conf v6pf2 rdma1 '{"ipv6": {"slaac": true, "prefix": "2001:db8:cccc::/48", "raTimeoutMs": 2000}}'
+	# A filter that matches nothing: a clean timeout that names what was seen. radvd answers a
+	# multicast solicitation at most every 3 s (MIN_DELAY_BETWEEN_RAS) and just answered the first
+	# ADD's: the limit leaves room for its next advertisement.
+	slaac_conf /tmp/pf2.conf v6pf2 rdma1 '{"ipv6": {"slaac": true, "prefix": "2001:db8:cccc::/48", "raTimeoutMs": 6000}}'
 	assert_fails cni_exec ADD /tmp/pf2.conf /run/netns/pf net1 pf
 	assert_eq "$(jq -r .code <<<"$OUT")" 109 "error code when no prefix matches"
 	assert_match "$OUT" 'outside \\"prefix\\"' "message says the RA's prefix was filtered out"

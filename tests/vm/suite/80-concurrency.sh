@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # Concurrency (docs/failure-modes.md#concurrency): CONC_PODS pods (default 32) x 4 rails, every
-# ADD at once, then every CHECK at once, then every DEL at once; CONC_ROUNDS rounds (default 3).
+# ADD at once, then every CHECK at once, then every DEL at once; CONC_ROUNDS rounds (default 2).
 # Zero failures, zero leaks, and within each pod one routing table per child, numbered
 # 10000 + the child's ifindex. All attachments share one flat host-local range (the A100
 # layout), so host-local's own lock is exercised too, and so are roce-ipvlan's own (lock.rs:
@@ -107,7 +107,7 @@ test_concurrency_del_waits_for_its_orphaned_add() {
 
 test_concurrency_pods_by_rails_rounds() {
 	require_plugin
-	CONC_PODS=${CONC_PODS:-32} CONC_ROUNDS=${CONC_ROUNDS:-3}
+	CONC_PODS=${CONC_PODS:-32} CONC_ROUNDS=${CONC_ROUNDS:-2}
 	local round p n rail start t_add t_check t_del links rules tables want ip all_ips gid dev conf
 	local -A rdev rindex
 	local -a rails=($CONC_RAILS)
