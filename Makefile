@@ -2,7 +2,8 @@
 #
 #   make build     debug build of the plugin (target/debug/roce-ipvlan, what the VM tests run)
 #   make unit      cargo unit and contract tests
-#   make lint      rustfmt check, clippy with warnings as errors, shell syntax check
+#   make lint      rustfmt check, clippy with warnings as errors, bash -n and shellcheck on every
+#                  shell script (.shellcheckrc)
 #   make vm-test   build, then boot the test VM and run tests/vm/suite
 #   make vm-suite  the VM suite only, with whatever binary ROCE_IPVLAN_BIN points at
 #   make validate-manifests  YAML under deploy/ and examples/: parses, Kubernetes schemas, and
@@ -39,7 +40,7 @@ ROCE_IPVLAN_BIN ?= $(CURDIR)/target/debug/roce-ipvlan
 export ROCE_IPVLAN_BIN
 
 PACKAGES := $(shell grep -v '^\#' tests/vm/packages.txt)
-SHELL_SCRIPTS := $(wildcard tests/*.sh tests/vm/*.sh tests/vm/ofed/*.sh tests/vm/suite/*.sh tests/cnidriver/*.sh) tests/vm/init .ci/run
+SHELL_SCRIPTS := $(wildcard bench/*.sh tests/*.sh tests/vm/*.sh tests/vm/ofed/*.sh tests/vm/suite/*.sh tests/cnidriver/*.sh) tests/vm/init .ci/run
 # The one version source is [workspace.package] version in Cargo.toml; tests/check-version.sh
 # (make lint) checks every other place that names it.
 VERSION := $(shell sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)
@@ -68,6 +69,7 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --locked --all-targets -- -D warnings
 	@for f in $(SHELL_SCRIPTS); do bash -n $$f || exit 1; done
+	shellcheck $(SHELL_SCRIPTS)
 	tests/check-version.sh
 
 vm-test: build

@@ -12,5 +12,5 @@ mkdir -p "$gopath/src/roce-ipvlan" "$cache/bin"
 ln -s /usr/share/gocode/src/github.com "$gopath/src/github.com"
 ln -s "$here" "$gopath/src/roce-ipvlan/cnidriver"
 (cd "$gopath/src/roce-ipvlan/cnidriver" &&
-	GOPATH=$gopath GO111MODULE=off GOFLAGS= CGO_ENABLED=0 go build -o "$out" .)
+	GOPATH=$gopath GO111MODULE=off GOFLAGS="" CGO_ENABLED=0 go build -o "$out" .)
 echo "$out"

@@ -105,7 +105,11 @@ done
 heading "Nothing left"
 echo "links in the pod:     $(in_pod ip -o link show | awk -F': ' '{print $2}' | paste -sd' ')"
 echo "source rules:         $(in_pod ip -4 rule show | grep -c '^1000:' || true)"
-echo "host-local addresses: $(ls /var/lib/cni/networks/demo-rails | grep -cE '^[0-9.]+$' || true)"
+allocs=0
+for f in /var/lib/cni/networks/demo-rails/*; do
+	if [[ ${f##*/} =~ ^[0-9.]+$ ]]; then allocs=$((allocs + 1)); fi
+done
+echo "host-local addresses: $allocs"
 left=0
 for i in "${!rails[@]}"; do
 	dev=$(rail_rdma_dev "${rails[i]}")

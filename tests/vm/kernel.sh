@@ -50,7 +50,12 @@ resolve() {
 	apt-cache "${apt_opts[@]}" depends linux-image-amd64 2>/dev/null |
 		awk '/Depends: linux-image-[0-9].*-amd64$/ {print $2; exit}'
 }
-[[ $kernel == default || -n $(ls "$adir/lists" 2>/dev/null | grep -v partial) ]] || apt_update
+# Any list but the partial/ download directory means apt-get update ran in $adir before.
+have_lists=
+for f in "$adir"/lists/*; do
+	if [[ -e $f && ${f##*/} != partial ]]; then have_lists=1; break; fi
+done
+[[ $kernel == default || -n $have_lists ]] || apt_update
 pkg=$(resolve)
 if [[ -z $pkg ]]; then
 	echo "kernel.sh: cannot resolve linux-image-amd64 (run 'apt-get update' first)" >&2
@@ -86,8 +91,9 @@ trap 'rm -rf "$tmp"' EXIT
 # apt-get download drops privileges to _apt and warns when that user cannot write the cwd.
 (cd "$tmp" && apt-get download -q "${apt_opts[@]}" "${pkgs[@]}" 2>&1 | grep -v 'unsandboxed' >&2) || true
 for p in "${pkgs[@]}"; do
-	deb=$(ls "$tmp"/"$p"_*.deb 2>/dev/null | head -n1)
-	[[ -n $deb ]] || { echo "kernel.sh: apt-get download $p failed" >&2; exit 1; }
+	debs=("$tmp"/"$p"_*.deb)
+	deb=${debs[0]}
+	[[ -e $deb ]] || { echo "kernel.sh: apt-get download $p failed" >&2; exit 1; }
 	dpkg-deb -x "$deb" "$tmp/root"
 	rm -f "$deb"
 done
@@ -110,14 +116,14 @@ depmod -b "$tmp/root" "$ver"
 try() { # try <magic-as-printf-escape> <decompressor...>
 	local magic=$1 off
 	shift
-	for off in $(LC_ALL=C grep -aboF "$(printf "$magic")" "$vmlinuz" | cut -d: -f1); do
+	while read -r off; do
 		# The decompressor complains about the trailing bytes after the payload; only the
 		# ELF magic of the output matters.
 		tail -c +$((off + 1)) "$vmlinuz" | "$@" >"$tmp/vmlinux" 2>/dev/null || true
 		if [[ $(head -c4 "$tmp/vmlinux" | od -An -c | tr -d ' ') == '177ELF' ]]; then
 			return 0
 		fi
-	done
+	done < <(LC_ALL=C grep -aboF "$(printf '%b' "$magic")" "$vmlinuz" | cut -d: -f1)
 	return 1
 }
 try '\3757zXZ' xz -dc ||

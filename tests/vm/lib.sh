@@ -45,10 +45,10 @@ vm_nic_by_mac() {
 }
 
 vm_rails() {
-	local i=0 name dev tries
+	local i=0 name dev
 	for name in $VM_RAILS $VM_BARE_NICS; do
 		# virtio_net probes asynchronously; give each NIC a moment to show up.
-		for tries in $(seq 50); do dev=$(vm_nic_by_index "$i") && break; sleep 0.1; done
+		for _ in $(seq 50); do dev=$(vm_nic_by_index "$i") && break; sleep 0.1; done
 		[[ -n ${dev:-} ]] || { echo "vm: NIC $i ($name) not found" >&2; return 1; }
 		[[ $dev == "$name" ]] || ip link set dev "$dev" name "$name"
 		ip link set dev "$name" up
@@ -60,7 +60,7 @@ vm_rails() {
 	read -r -a rails <<<"$VM_RAILS"
 	i=0
 	for name in "${rails[@]:0:${VM_PEERS:-${#rails[@]}}}"; do
-		for tries in $(seq 50); do dev=$(vm_nic_by_mac "$(printf '52:54:00:0b:00:%02x' "$i")") && break; sleep 0.1; done
+		for _ in $(seq 50); do dev=$(vm_nic_by_mac "$(printf '52:54:00:0b:00:%02x' "$i")") && break; sleep 0.1; done
 		[[ -n ${dev:-} ]] || { echo "vm: peer NIC of $name not found" >&2; return 1; }
 		[[ $dev == "peer$i" ]] || ip link set dev "$dev" name "peer$i"
 		dev=

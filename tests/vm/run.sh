@@ -49,6 +49,7 @@ cnidriver=$("$repo/tests/cnidriver/build.sh")
 work=$(mktemp -d "${TMPDIR:-/tmp}/roce-vm.XXXXXX")
 share=$work/share
 mkdir -p "$share"
+# shellcheck disable=SC2317 # called by the EXIT trap; 0.9 misreads it as unreachable (koalaman/shellcheck#2660)
 cleanup() {
 	[[ -n ${tailpid:-} ]] && kill "$tailpid" 2>/dev/null
 	rm -rf "$work"
@@ -116,7 +117,7 @@ done >"$share/keep-paths"
 # iPXE option ROM: nothing network-boots, and under TCG it costs boot time.
 nics=()
 i=0
-for name in $rails $bare; do
+for _ in $rails $bare; do
 	mac=$(printf '52:54:00:0a:00:%02x' "$i")
 	nics+=(-netdev "hubport,id=n$i,hubid=$i" -device "virtio-net-pci,netdev=n$i,mac=$mac,romfile=")
 	i=$((i + 1))
@@ -124,7 +125,7 @@ done
 # A second NIC on each rail's hub: the other end of the rail's L2 segment (a rail router with
 # radvd, or a peer node), named peerN in the VM and left down in the initial namespace.
 j=0
-for name in "${rail_list[@]:0:peers}"; do
+for _ in "${rail_list[@]:0:peers}"; do
 	mac=$(printf '52:54:00:0b:00:%02x' "$j")
 	nics+=(-netdev "hubport,id=p$j,hubid=$j" -device "virtio-net-pci,netdev=p$j,mac=$mac,romfile=")
 	j=$((j + 1))

@@ -14,9 +14,9 @@ attach() {
 
 # wait_gid DEV IPV6: until a GID with that value is on DEV (the kernel adds it from a work item)
 wait_gid() {
-	local want i
+	local want
 	want=$(gid_long "$2")
-	for i in $(seq 100); do
+	for _ in $(seq 100); do
 		grep -qlx "$want" /sys/class/infiniband/"$1"/ports/1/gids/* 2>/dev/null && return 0
 		sleep 0.1
 	done

@@ -15,10 +15,11 @@ ZERO_GID=0000:0000:0000:0000:0000:0000:0000:0000
 # host_gid_index DEV IPV4 NDEV: the index of the RoCE v2 GID of IPV4 on NDEV, read in the VM's
 # initial namespace, once the kernel has added it (from a work item, a little after the address).
 host_gid_index() {
-	local want f i
+	local want f i files
 	want=$(gid_of_ipv4 "$2")
 	for _ in $(seq 100); do
-		for f in $(grep -lx "$want" /sys/class/infiniband/"$1"/ports/1/gids/* 2>/dev/null); do
+		mapfile -t files < <(grep -lx "$want" /sys/class/infiniband/"$1"/ports/1/gids/* 2>/dev/null)
+		for f in "${files[@]}"; do
 			i=${f##*/}
 			[[ $(cat "/sys/class/infiniband/$1/ports/1/gid_attrs/types/$i") == "RoCE v2" ]] || continue
 			[[ $(cat "/sys/class/infiniband/$1/ports/1/gid_attrs/ndevs/$i") == "$3" ]] || continue

@@ -8,7 +8,7 @@
 # the runtime does not retry a failed DEL, so the address would leak and the pod hang.
 test_del_tolerates_what_add_refuses() {
 	require_plugin
-	local variant conf=/tmp/del-lenient.conf cidr info dev port idx table n=0
+	local variant conf=/tmp/del-lenient.conf cidr info dev table n=0
 	for variant in '{"mode": "l3"}' '{"deviceID": "0"}' '{"rdma": {"keyOfANewerRelease": 1}}'; do
 		n=$((n + 1))
 		roce_conf "$conf" del-lenient rdma1 1.0.0 10.9.140.0/24
@@ -16,7 +16,7 @@ test_del_tolerates_what_add_refuses() {
 		assert_ok cnidriver add "$conf" "/run/netns/dellen$n"
 		cidr=$(jq -r '.ips[0].address' <<<"$OUT")
 		info=$(verify_attachment "dellen$n" net1 rdma1 "$cidr")
-		read -r dev port idx table <<<"$info"
+		read -r dev _ _ table <<<"$info"
 		# ADD refuses the changed configuration...
 		jq --argjson v "$variant" '. + $v' "$conf" >"$conf.changed"
 		new_pod "dellenx$n"
@@ -64,7 +64,7 @@ test_host_netns_refused_as_a_pod() {
 # rail.
 test_cni_args_choose_only_allowed_rails() {
 	require_plugin
-	local base=/tmp/allowed.conf conf=/tmp/allowed-case.conf cidr info dev port idx table args before n=0
+	local base=/tmp/allowed.conf conf=/tmp/allowed-case.conf cidr info dev table args before n=0
 	jq -n '{cniVersion: "1.0.0", name: "allowed", type: "roce-ipvlan", allowedRails: ["rdma2", "ens?f0np0"],
 		ipam: {type: "host-local", subnet: "10.9.142.0/24"}}' >"$base"
 	# An allowed rail: attached there.
@@ -73,7 +73,7 @@ test_cni_args_choose_only_allowed_rails() {
 	assert_ok cnidriver add "$conf" /run/netns/allowok
 	cidr=$(jq -r '.ips[0].address' <<<"$OUT")
 	info=$(verify_attachment allowok net1 rdma2 "$cidr")
-	read -r dev port idx table <<<"$info"
+	read -r dev _ _ table <<<"$info"
 	assert_ok cnidriver del "$conf" /run/netns/allowok
 	verify_gone allowok net1 allowed "${cidr%/*}" "$dev" "$table"
 	# Rails the NAD does not allow, by netdev or through the RDMA device of one: 7, nothing left.
@@ -106,7 +106,7 @@ test_cni_args_choose_only_allowed_rails() {
 	assert_ok cnidriver add "$conf" /run/netns/allowcniargs --args "$args"
 	cidr=$(jq -r '.ips[0].address' <<<"$OUT")
 	info=$(verify_attachment allowcniargs net1 rdma1 "$cidr")
-	read -r dev port idx table <<<"$info"
+	read -r dev _ _ table <<<"$info"
 	assert_ok cnidriver del "$conf" /run/netns/allowcniargs --args "$args"
 	verify_gone allowcniargs net1 allowed "${cidr%/*}" "$dev" "$table"
 }

@@ -234,6 +234,7 @@ test_env_device_info_written_and_removed() {
 test_env_ipv6_slaac_rails() {
 	require_plugin
 	# The rail routers and the SLAAC configs of the IPv6 suite.
+	# shellcheck source=15-ipv6.sh
 	source "$(dirname "${BASH_SOURCE[0]}")/15-ipv6.sh"
 	local json i ifn dev port idx gid prefix first same=1
 	# The host's rails would autoconfigure from the same RAs; on this upstream kernel their

@@ -13,8 +13,7 @@ bare_exec() { env -i CNI_COMMAND="$1" CNI_PATH="$CNI_PATH" PATH="$PATH" "$CNI_BI
 
 # wait_port_state DEV STATE: up to 10 s for RDMA port 1 of DEV to report STATE
 wait_port_state() {
-	local i
-	for i in $(seq 100); do
+	for _ in $(seq 100); do
 		[[ $(cat "/sys/class/infiniband/$1/ports/1/state" 2>/dev/null) == *"$2"* ]] && return 0
 		sleep 0.1
 	done

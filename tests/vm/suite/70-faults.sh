@@ -190,6 +190,7 @@ test_fault_kill_during_gid_wait_then_del() {
 	other=$(rail_rdma_dev rdma0)
 	roce_conf /tmp/f-kill2.conf f-kill2 rdma1 1.0.0 "$FAULT_SUBNET" \
 		"{\"rdma\": {\"device\": \"$other\", \"gidTimeoutMs\": 60000}}"
+	# shellcheck disable=SC2016 # kill_add_at evaluates the condition itself, each time it polls
 	kill_add_at /tmp/f-kill2.conf fkill2 '[[ -n $(pod_rules fkill2) ]]'
 	assert_eq "$(pod_links fkill2)" "net1 " "killed during the GID wait: the child is there"
 	[[ -n $(host_local_ips f-kill2) ]] || fail "killed during the GID wait: no allocation"

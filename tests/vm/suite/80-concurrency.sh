@@ -110,7 +110,8 @@ test_concurrency_pods_by_rails_rounds() {
 	CONC_PODS=${CONC_PODS:-32} CONC_ROUNDS=${CONC_ROUNDS:-2}
 	local round p n rail start t_add t_check t_del links rules tables want ip all_ips gid dev conf
 	local -A rdev rindex
-	local -a rails=($CONC_RAILS)
+	local -a rails
+	read -r -a rails <<<"$CONC_RAILS"
 	local re
 	mkdir -p /tmp/conc
 	n=1

@@ -16,7 +16,6 @@
 # (7.x): 'make vm-traffic' boots trixie-backports' kernel and runs them. suite/run.sh leaves
 # them out unless a pattern selects them.
 
-RAILS=(rdma0 rdma1 rdma2 rdma3)
 PINGS=10
 # Rails the pods of flat_pods/routed_pods are attached to (the UCX and RDMA CM tests use one).
 POD_RAILS=(0 1 2 3)
@@ -127,10 +126,11 @@ flat_pods() {
 	note "pod A: ${ADDR_A[*]}; pod B: ${ADDR_B[*]} (rails ${POD_RAILS[*]})"
 }
 
-counters() { # counters POD DIR: "<net0> <net1> <net2> <net3>" DIR (tx|rx) packet counters
-	local n out=()
-	for n in 0 1 2 3; do out+=("$(in_pod "$1" cat "/sys/class/net/net$n/statistics/$2_packets")"); done
-	echo "${out[*]}"
+counters() { # counters ARRAY POD DIR: ARRAY=(<net0> <net1> <net2> <net3>), DIR (tx|rx) packet counters
+	local -n into=$1
+	local n
+	into=()
+	for n in 0 1 2 3; do into+=("$(in_pod "$2" cat "/sys/class/net/net$n/statistics/$3_packets")"); done
 }
 
 # rail_check N [FAMILY]: ping pod B's rail-N address from pod A's rail-N address; print
@@ -138,10 +138,12 @@ counters() { # counters POD DIR: "<net0> <net1> <net2> <net3>" DIR (tx|rx) packe
 # carrying the flow when its counter moved by at least PINGS.
 rail_check() {
 	local n=$1 fam=${2:-4} a0 b0 a1 b1 m da db carried_a="" carried_b="" deltas="" rc=0
-	a0=($(counters podA tx)) b0=($(counters podB rx))
+	counters a0 podA tx
+	counters b0 podB rx
 	in_pod podA ping -"$fam" -q -c "$PINGS" -i 0.1 -W 2 -I "${ADDR_A[n]}" "${ADDR_B[n]}" >/tmp/ping.log 2>&1 || rc=$?
 	((rc == 0)) || echo "  - ping: $(tr '\n' ' ' </tmp/ping.log)" >&2
-	a1=($(counters podA tx)) b1=($(counters podB rx))
+	counters a1 podA tx
+	counters b1 podB rx
 	for m in 0 1 2 3; do
 		da=$((a1[m] - a0[m])) db=$((b1[m] - b0[m]))
 		((da >= PINGS)) && carried_a+="$m"
@@ -361,14 +363,16 @@ oob_link() {
 # write_bw N: ib_write_bw from pod A to pod B on rail N; prints the client's result line
 write_bw() {
 	local n=$1 out a0 b0 a1 b1
-	a0=($(counters podA tx)) b0=($(counters podB rx))
+	counters a0 podA tx
+	counters b0 podB rx
 	in_pod podB timeout 60 ib_write_bw -d "rxeB${n}p" -x "$GB" -D 2 -s 65536 -F >"/tmp/bw-srv-$n.log" 2>&1 &
 	local srv=$!
 	sleep 1.5
 	run_cmd in_pod podA timeout 60 ib_write_bw -d "rxeA${n}p" -x "$GA" -D 2 -s 65536 -F "${OOB_B:-${ADDR_B[n]}}"
 	((RC == 0)) || { kill "$srv" 2>/dev/null; fail "ib_write_bw client on rail $n exited $RC: $OUT $ERR"; }
 	wait "$srv" || fail "ib_write_bw server on rail $n: $(cat "/tmp/bw-srv-$n.log")"
-	a1=($(counters podA tx)) b1=($(counters podB rx))
+	counters a1 podA tx
+	counters b1 podB rx
 	out=$(awk '/^ *65536 /{print}' <<<"$OUT")
 	[[ -n $out ]] || fail "no result line from ib_write_bw on rail $n: $OUT"
 	local m moved_a="" moved_b=""

@@ -91,7 +91,7 @@ gid_long() { # gid_long GID: any IPv6 spelling -> the 8x4-hex form sysfs prints
 	for ((i = 0; i < n; i++)); do out+=(0); done
 	for g in "${ts[@]}"; do out+=("$g"); done
 	((${#out[@]} == 8)) || { echo "gid_long: cannot parse $1" >&2; return 1; }
-	printf '%04x:%04x:%04x:%04x:%04x:%04x:%04x:%04x\n' $(for g in "${out[@]}"; do echo "0x$g"; done)
+	printf '%04x:%04x:%04x:%04x:%04x:%04x:%04x:%04x\n' "${out[@]/#/0x}"
 }
 gid_of_ipv4() { gid_long "::ffff:$1"; }
 
@@ -186,7 +186,11 @@ verify_gone() {
 }
 
 host_local_ips() { # host_local_ips NETNAME: allocated addresses (file names that are IPs)
-	ls /var/lib/cni/networks/"$1" 2>/dev/null | grep -E '^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+$' || true
+	local f
+	for f in /var/lib/cni/networks/"$1"/*; do
+		f=${f##*/}
+		if [[ $f =~ ^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+$ ]]; then echo "$f"; fi
+	done
 }
 
 cni_code() { jq -r '.code // empty' <<<"$1" 2>/dev/null || true; }

@@ -10,13 +10,16 @@
 # failed or when nothing ran.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=../lib.sh
 source "$here/../lib.sh"
+# shellcheck source=lib.sh
 source "$here/lib.sh"
 
 passed=0 failed=0 failures=()
 for file in "$here"/[0-9]*.sh; do
 	# Definition order inside a file is the run order (cheap checks first).
-	for t in $(grep -oE '^test_[a-z0-9_]+' "$file"); do
+	mapfile -t tests < <(grep -oE '^test_[a-z0-9_]+' "$file")
+	for t in "${tests[@]}"; do
 		if (($# > 0)); then
 			match=0
 			for p in "$@"; do [[ $t =~ $p ]] && match=1; done
@@ -36,6 +39,7 @@ for file in "$here"/[0-9]*.sh; do
 		(
 			set -euo pipefail
 			shopt -s inherit_errexit
+			# shellcheck source=/dev/null # each suite file is linted on its own (make lint)
 			source "$file"
 			trap cleanup_pods EXIT
 			"$t"
