@@ -10,6 +10,7 @@ use crate::cni::{CniResult, Env, Interface, IpConfig, Roce};
 use crate::config::{NetConf, SlaacConf};
 use crate::error::{Error, Result};
 use crate::ipam::Ipam;
+use crate::ipvlan;
 use crate::lock;
 use crate::netlink::{AddrEvents, Link, Netlink};
 use crate::netns::Netns;
@@ -82,14 +83,7 @@ async fn validate<'a>(env: &'a Env, conf: &'a NetConf, budget: Budget) -> Result
     let netns = Netns::open(netns_path)?;
     netns.refuse_own()?;
     let host = Netlink::current()?;
-    let rail = rail::resolve(&conf.rail, &rail::System::default())?;
-    let master = host.link_by_name(&rail.netdev).await?.ok_or_else(|| {
-        Error::Rail(format!(
-            "rail {:?} ({}) does not exist on this node: expected a netdev of that name \
-             in the host network namespace; check the rail names with `ip link` and the NAD",
-            rail.netdev, rail.chosen_by
-        ))
-    })?;
+    let (rail, master) = rail::find(&conf.rail, &host, Error::Rail).await?;
     if !master.admin_up {
         return Err(Error::Rail(format!(
             "rail {} is down: expected it up before pods attach; bring it up (ip link set {} up) \
@@ -106,7 +100,7 @@ async fn validate<'a>(env: &'a Env, conf: &'a NetConf, budget: Budget) -> Result
             )));
         }
     }
-    let port = rdma_port(conf, rail.rdma_device.as_deref(), &master)?;
+    let port = rail::rdma_port(&rail, conf.rdma.port, &master)?;
     require_shared_netns_mode(&port, &master)?;
     let pod = Netlink::in_netns(&netns)?;
     if let Some(existing) = pod.link_by_name(&env.ifname).await? {
@@ -163,46 +157,6 @@ fn refuse_prev_result(conf: &NetConf) -> Result<()> {
     )))
 }
 
-/// The RDMA port whose GID table will hold the child's GID: as configured, or the rail's own.
-pub(crate) fn rdma_port(conf: &NetConf, device: Option<&str>, master: &Link) -> Result<RdmaPort> {
-    if let Some(device) = device {
-        let sysfs = Sysfs::system();
-        if !sysfs.device_exists(device) {
-            return Err(Error::NoRdmaPort(format!(
-                "RDMA device {device:?} (\"rdma.device\") does not exist on this node: check \
-                 `rdma link show` and the NAD"
-            )));
-        }
-        return Ok(RdmaPort {
-            device: device.to_string(),
-            port: conf.rdma.port.unwrap_or(1),
-        });
-    }
-    let found = rdma::port_of_netdev(master.index, &master.name).map_err(|e| {
-        Error::io(
-            format!(
-                "cannot list the RDMA ports of this node (rail {})",
-                master.name
-            ),
-            e,
-        )
-    })?;
-    match found {
-        Some(mut port) => {
-            if let Some(p) = conf.rdma.port {
-                port.port = p;
-            }
-            Ok(port)
-        }
-        None => Err(Error::NoRdmaPort(format!(
-            "rail {} has no RDMA port: expected an RDMA device (e.g. mlx5_N, or rxeN for \
-             Soft-RoCE) whose port is bound to {}; check `rdma link show`, that the NIC's RDMA \
-             driver is loaded, or set \"rdma\": {{\"device\": ...}} in the NAD",
-            master.name, master.name
-        ))),
-    }
-}
-
 /// In exclusive mode each RDMA device belongs to one netns, and the rail's stays in the host's:
 /// the pod would see no RDMA device, so the GID wait could only time out. A kernel too old to
 /// report the mode (before 5.2) has no exclusive mode; there the read fails and ADD goes on.
@@ -228,7 +182,7 @@ fn require_shared_netns_mode(port: &RdmaPort, master: &Link) -> Result<()> {
 
 async fn build(r: &Ready<'_>, undo: &mut UndoStack<Step>) -> Result<Value> {
     let (env, conf, pod) = (r.env, r.conf, &r.pod);
-    let child = create_child(r).await?;
+    let child = ipvlan::create(r.env, &r.host, &r.pod, &r.netns, &r.master, r.conf.mtu).await?;
     undo.push(Step::Link { index: child.index });
     tracing::debug!(index = child.index, "child created");
 
@@ -500,103 +454,4 @@ async fn delete_rule(pod: &Netlink, source: IpAddr, table: u32) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// Creates the IPvlan child in the pod as CNI_IFNAME.
-///
-/// First in one request, straight under its final name. The kernel looks a create request's
-/// name up in the namespace the request is sent from, so that fails with EEXIST when the host
-/// has a link of that name (though the pod does not). Then the child is created under a
-/// temporary name and renamed in the pod, as the reference plugins always do; the rename costs
-/// an RCU grace period in the kernel (`dev_change_name`), which is why it is not the first try.
-async fn create_child(r: &Ready<'_>) -> Result<Link> {
-    let (env, conf, host, pod) = (r.env, r.conf, &r.host, &r.pod);
-    let name = match host
-        .create_ipvlan_l2(&env.ifname, r.master.index, conf.mtu, &r.netns)
-        .await
-    {
-        Ok(()) => env.ifname.clone(),
-        Err(e) if e.netlink_errno() == Some(libc::EEXIST) => {
-            let temp = temp_name(env);
-            tracing::debug!(ifname = %env.ifname, %temp, "the host has a link of that name; creating under a temporary one");
-            host.create_ipvlan_l2(&temp, r.master.index, conf.mtu, &r.netns)
-                .await?;
-            temp
-        }
-        Err(e) => return Err(e),
-    };
-    let child = pod.link_by_name(&name).await?.ok_or_else(|| {
-        Error::io(
-            format!("IPvlan child {name} vanished from the pod right after it was created"),
-            std::io::Error::from(std::io::ErrorKind::NotFound),
-        )
-    })?;
-    if name != env.ifname {
-        if let Err(e) = pod.rename(child.index, &env.ifname).await {
-            if let Err(undo) = pod.delete_link(child.index).await {
-                tracing::error!(link = %name, error = %undo, "could not remove the child after its rename failed");
-            }
-            return Err(e);
-        }
-    }
-    Ok(child)
-}
-
-/// A name for the child while it is created: unique per attachment, at most 15 bytes, and the
-/// same in every invocation for that attachment, so that DEL can find a child left under it by
-/// an ADD killed between creating and renaming it. (Two ADDs of one attachment at once collide
-/// on it; the second fails, as it should.) The hash is 32-bit FNV-1a, written out here: it
-/// must give the same name in every release, which `std`'s `DefaultHasher` does not promise
-/// (its algorithm may change with the Rust version, and a DEL by an upgraded binary would then
-/// miss the child).
-pub(crate) fn temp_name(env: &Env) -> String {
-    format!("rtmp{:08x}", temp_name_hash(&env.container_id, &env.ifname))
-}
-
-/// FNV-1a (32-bit) over the container id, a NUL (which neither may contain) and the interface
-/// name.
-fn temp_name_hash(container_id: &str, ifname: &str) -> u32 {
-    fnv1a32(container_id.bytes().chain([0]).chain(ifname.bytes()))
-}
-
-fn fnv1a32(bytes: impl Iterator<Item = u8>) -> u32 {
-    const OFFSET_BASIS: u32 = 0x811c_9dc5;
-    const PRIME: u32 = 0x0100_0193;
-    bytes.fold(OFFSET_BASIS, |h, b| (h ^ u32::from(b)).wrapping_mul(PRIME))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn env(container_id: &str, ifname: &str) -> Env {
-        Env {
-            command: crate::cni::Command::Add,
-            container_id: container_id.into(),
-            netns: None,
-            ifname: ifname.into(),
-            path: Vec::new(),
-            args: Vec::new(),
-        }
-    }
-
-    /// Pinned: a release that changes these names strands children of killed ADDs.
-    #[test]
-    fn temp_names_are_stable_across_releases() {
-        // FNV-1a's published test vectors.
-        assert_eq!(fnv1a32("".bytes()), 0x811c_9dc5);
-        assert_eq!(fnv1a32("a".bytes()), 0xe40c_292c);
-        assert_eq!(fnv1a32("foobar".bytes()), 0xbf9c_f968);
-        assert_eq!(temp_name(&env("c1", "net1")), "rtmp1b4d049d");
-        assert_eq!(
-            temp_name(&env(
-                "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
-                "net16"
-            )),
-            "rtmp64eee53d"
-        );
-        let name = temp_name(&env("c1", "net2"));
-        assert_ne!(name, temp_name(&env("c1", "net1")));
-        assert!(name.len() <= 15, "{name}");
-    }
 }

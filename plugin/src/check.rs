@@ -36,13 +36,7 @@ pub async fn check(env: &Env, conf: &NetConf) -> Result<()> {
     };
 
     let host = Netlink::current()?;
-    let rail = rail::resolve(&conf.rail, &rail::System::default())?;
-    let master = host.link_by_name(&rail.netdev).await?.ok_or_else(|| {
-        Error::CheckFailed(format!(
-            "rail {} ({}) no longer exists on the node",
-            rail.netdev, rail.chosen_by
-        ))
-    })?;
+    let (_, master) = rail::find(&conf.rail, &host, Error::CheckFailed).await?;
     let pod = Netlink::in_netns(&netns)?;
     let Some(child) = pod.link_by_name(&env.ifname).await? else {
         return differs("expected an IPvlan child, found no such interface".into());

@@ -40,6 +40,22 @@ pub enum Command {
 /// The first version with STATUS and GC.
 pub const STATUS_GC_VERSION: &str = "1.1.0";
 
+/// STATUS and GC exist from CNI 1.1.0 on; for an older configuration the spec's libraries
+/// answer "incompatible version" (code 1), and so does this plugin.
+pub(crate) fn require_status_gc(version: &str, command: &str) -> Result<()> {
+    let index = |v: &str| SUPPORTED_VERSIONS.iter().position(|s| *s == v);
+    if index(version) < index(STATUS_GC_VERSION) {
+        return Err(Error::IncompatibleVersion {
+            found: version.to_string(),
+            supported: format!(
+                "{command} only with cniVersion {} or later",
+                STATUS_GC_VERSION
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// The CNI_* environment, checked for what each command needs.
 #[derive(Debug, Clone)]
 pub struct Env {
@@ -359,6 +375,16 @@ pub fn version_reply(requested: Option<&str>) -> Value {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn status_and_gc_only_from_1_1_0() {
+        for v in ["0.4.0", "1.0.0"] {
+            let err = require_status_gc(v, "STATUS").unwrap_err();
+            assert_eq!(err.code(), 1, "{err}");
+            assert!(err.to_string().contains("1.1.0"), "{err}");
+        }
+        require_status_gc("1.1.0", "GC").unwrap();
+    }
 
     fn env(vars: &[(&str, &str)]) -> Result<Env> {
         let vars: BTreeMap<String, String> = vars

@@ -11,8 +11,9 @@ use serde_json::Value;
 
 use crate::cni;
 use crate::error::{Error, Result};
+use crate::logging::LogConf;
 use crate::rail;
-use crate::sysctl::{self, Sysctl};
+use crate::sysctl::{self, DadMode, Sysctl};
 
 pub const DEFAULT_GID_TIMEOUT: Duration = Duration::from_millis(10_000);
 /// Longest GID wait accepted: kubelet's CNI call itself times out after a few minutes.
@@ -144,26 +145,7 @@ pub struct SlaacConf {
     pub ra_timeout: Duration,
 }
 
-/// How ADD treats duplicate address detection of the SLAAC address.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DadMode {
-    /// Return only once the address is no longer tentative (it then answers neighbour
-    /// solicitations, so peers can resolve it). The kernel's own pace.
-    Wait,
-    /// Optimistic DAD (RFC 4429) on this interface: the address is usable, and answers
-    /// neighbour solicitations, while DAD still runs and still catches a duplicate.
-    Optimistic,
-    /// No DAD on this interface: for fabrics that guarantee unique addresses.
-    Off,
-}
-
 pub const DEFAULT_RA_TIMEOUT: Duration = Duration::from_millis(10_000);
-
-#[derive(Debug, Clone, Default)]
-pub struct LogConf {
-    pub file: Option<PathBuf>,
-    pub level: Option<String>,
-}
 
 /// Reads just `cniVersion`, so that even a configuration refused later gets its error in the
 /// version the runtime asked for.

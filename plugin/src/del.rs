@@ -6,11 +6,9 @@ use crate::cni::{CniResult, Env};
 use crate::config::NetConf;
 use crate::error::{Error, Result};
 use crate::ipam::Ipam;
+use crate::ipvlan;
 use crate::lock;
-use crate::netlink::Netlink;
 use crate::netns::Netns;
-use crate::routing;
-use netlink_packet_route::link::InfoKind;
 
 pub async fn del(env: &Env, conf: &NetConf) -> Result<()> {
     // An ADD of this attachment that is still running (orphaned by a runtime that gave up on
@@ -46,7 +44,7 @@ pub async fn del(env: &Env, conf: &NetConf) -> Result<()> {
                 "CNI_NETNS is the plugin's own (host) namespace; not touching its links or rules"
             ),
             Ok(Some(netns)) => {
-                if let Err(e) = remove_child(env, &netns).await {
+                if let Err(e) = ipvlan::remove(env, &netns).await {
                     tracing::warn!(error = %e, "could not remove the child; continuing with IPAM");
                 }
             }
@@ -63,36 +61,4 @@ pub async fn del(env: &Env, conf: &NetConf) -> Result<()> {
         Some(ipam) => ipam.del(prev.as_ref()),
         None => Ok(()),
     }
-}
-
-async fn remove_child(env: &Env, netns: &Netns) -> Result<()> {
-    let pod = Netlink::in_netns(netns)?;
-    // A child still under its temporary name: an ADD that had to use one (see add.rs) was
-    // killed before renaming it.
-    let temp = crate::add::temp_name(env);
-    if let Some(link) = pod.link_by_name(&temp).await? {
-        if link.kind == Some(InfoKind::IpVlan) {
-            tracing::info!(link = %temp, "removing a child left by an interrupted ADD");
-            pod.delete_link(link.index).await?;
-        }
-    }
-    let Some(link) = pod.link_by_name(&env.ifname).await? else {
-        return Ok(());
-    };
-    if link.kind != Some(InfoKind::IpVlan) {
-        tracing::warn!(ifname = %env.ifname, kind = ?link.kind, "not an IPvlan child; leaving it alone");
-        return Ok(());
-    }
-    // Rules are not tied to the link: remove them before the link, while the table number
-    // (derived from its ifindex) is still known to be ours.
-    let table = routing::table_for(link.index);
-    for v6 in [false, true] {
-        for rule in pod.rules(v6).await? {
-            if rule.table == table {
-                pod.delete_rule(&rule).await?;
-            }
-        }
-    }
-    // Routes in the child's table go away with the link.
-    pod.delete_link(link.index).await
 }

@@ -20,7 +20,7 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::cni::Env;
+use crate::cni::{self, Env};
 use crate::config::NetConf;
 use crate::error::{Error, Result};
 use crate::ipam::{Delegated, Ipam};
@@ -37,7 +37,7 @@ pub struct Attachment {
 }
 
 pub async fn gc(env: &Env, conf: &NetConf) -> Result<()> {
-    crate::status::require_1_1(conf, "GC")?;
+    cni::require_status_gc(&conf.cni_version, "GC")?;
     let valid = valid_attachments(&conf.raw)?;
     tracing::info!(
         valid = valid.len(),

@@ -12,9 +12,7 @@ use std::fs::{self, File};
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
-/// Where the DaemonSet mounts the host's /opt/cni/bin.
-pub const DEFAULT_DIR: &str = "/host/opt/cni/bin";
-pub const DEFAULT_NAME: &str = "roce-ipvlan";
+use crate::ready::{self, DEFAULT_DIR, DEFAULT_NAME};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Installed {
@@ -138,7 +136,7 @@ pub fn main(args: &[String]) -> i32 {
         let target = dir.join(&name);
         let mut last_ready = String::new();
         let mut log_ready = move || {
-            let (_, text) = crate::ready::report(&crate::ready::gather(rails.as_deref(), &target));
+            let (_, text) = ready::report(&ready::gather(rails.as_deref(), &target));
             if text != last_ready {
                 println!("{text}");
                 last_ready = text;

@@ -18,6 +18,7 @@ pub mod error;
 pub mod gc;
 pub mod install;
 pub mod ipam;
+pub mod ipvlan;
 pub mod lock;
 pub mod logging;
 pub mod netlink;

@@ -26,12 +26,17 @@
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::unix::fs::DirBuilderExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use tracing_subscriber::fmt::writer::{MakeWriter, MakeWriterExt};
 
-use crate::config::LogConf;
+/// The configuration's `logFile` and `logLevel`, as parsed (config.rs).
+#[derive(Debug, Clone, Default)]
+pub struct LogConf {
+    pub file: Option<PathBuf>,
+    pub level: Option<String>,
+}
 
 /// Installs the subscriber; a log file that cannot be opened is reported on stderr, not fatal.
 pub fn init(conf: &LogConf) {

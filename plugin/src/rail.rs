@@ -43,6 +43,8 @@ use std::path::PathBuf;
 use serde_json::Value;
 
 use crate::error::{Error, Result};
+use crate::netlink::{Link, Netlink};
+use crate::rdma::{self, RdmaPort, Sysfs};
 
 /// The rail-selecting inputs of one attachment, syntax-checked.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -456,6 +458,67 @@ fn cni_args(args: Option<&Value>) -> Result<(Option<String>, Option<String>)> {
         }
     }
     Ok((master, rdma))
+}
+
+/// The rail of `inputs` on this node: chosen by [`resolve`], then its netdev found in the host
+/// network namespace. ADD, CHECK and STATUS all look their rail up here; a missing netdev is
+/// reported through `missing`, so that each gives its own code (ADD 100, CHECK 107, STATUS 50).
+pub(crate) async fn find(
+    inputs: &Inputs,
+    host: &Netlink,
+    missing: fn(String) -> Error,
+) -> Result<(Rail, Link)> {
+    let rail = resolve(inputs, &System::default())?;
+    let Some(master) = host.link_by_name(&rail.netdev).await? else {
+        return Err(missing(format!(
+            "rail {:?} ({}) does not exist on this node: expected a netdev of that name in the \
+             host network namespace; check the rail names with `ip link` and the NAD",
+            rail.netdev, rail.chosen_by
+        )));
+    };
+    Ok((rail, master))
+}
+
+/// The RDMA port whose GID table will hold the child's GID: the device an input named (port
+/// `port`, "rdma.port", else 1), or the port bound to the rail's netdev `master` (its number
+/// replaced by `port` when given).
+pub(crate) fn rdma_port(rail: &Rail, port: Option<u32>, master: &Link) -> Result<RdmaPort> {
+    if let Some(device) = rail.rdma_device.as_deref() {
+        let sysfs = Sysfs::system();
+        if !sysfs.device_exists(device) {
+            return Err(Error::NoRdmaPort(format!(
+                "RDMA device {device:?} (\"rdma.device\") does not exist on this node: check \
+                 `rdma link show` and the NAD"
+            )));
+        }
+        return Ok(RdmaPort {
+            device: device.to_string(),
+            port: port.unwrap_or(1),
+        });
+    }
+    let found = rdma::port_of_netdev(master.index, &master.name).map_err(|e| {
+        Error::io(
+            format!(
+                "cannot list the RDMA ports of this node (rail {})",
+                master.name
+            ),
+            e,
+        )
+    })?;
+    match found {
+        Some(mut found) => {
+            if let Some(p) = port {
+                found.port = p;
+            }
+            Ok(found)
+        }
+        None => Err(Error::NoRdmaPort(format!(
+            "rail {} has no RDMA port: expected an RDMA device (e.g. mlx5_N, or rxeN for \
+             Soft-RoCE) whose port is bound to {}; check `rdma link show`, that the NIC's RDMA \
+             driver is loaded, or set \"rdma\": {{\"device\": ...}} in the NAD",
+            master.name, master.name
+        ))),
+    }
 }
 
 /// The node as sysfs and RDMA netlink show it from the plugin's (host) namespace.

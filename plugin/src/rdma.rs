@@ -21,6 +21,16 @@ use std::time::{Duration, Instant};
 pub use nldev::{device_ports, netlink_ports, netns_mode, NetnsMode, PortNetdev};
 pub use sysfs::Sysfs;
 
+/// Whether a port state as sysfs prints it (`<number>: <NAME>`, e.g. `4: ACTIVE`;
+/// [`Sysfs::port_state`]) is ACTIVE. STATUS and `ready` both judge a rail's port by it.
+pub(crate) fn port_active(state: &str) -> bool {
+    state
+        .split_once(':')
+        .map_or(state, |(_, name)| name)
+        .trim()
+        .eq_ignore_ascii_case("ACTIVE")
+}
+
 /// An RDMA port: device name (e.g. "mlx5_6", "rxe0") and 1-based port number.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RdmaPort {
@@ -245,6 +255,15 @@ pub fn port_of_netdev(ifindex: u32, ifname: &str) -> io::Result<Option<RdmaPort>
 mod tests {
     use super::*;
     use std::net::Ipv4Addr;
+
+    #[test]
+    fn port_states() {
+        assert!(port_active("4: ACTIVE"));
+        assert!(port_active("ACTIVE"));
+        assert!(!port_active("1: DOWN"));
+        assert!(!port_active("2: INIT"));
+        assert!(!port_active("5: ACTIVE_DEFER"));
+    }
 
     fn port() -> RdmaPort {
         RdmaPort {

@@ -17,6 +17,11 @@ use std::path::{Path, PathBuf};
 use crate::netlink::Netlink;
 use crate::rdma::{self, GidSlot, NetnsMode, RdmaPort, Sysfs};
 
+/// Where the DaemonSet mounts the host's /opt/cni/bin: `install` copies the binary there, and
+/// `ready` checks the copy.
+pub const DEFAULT_DIR: &str = "/host/opt/cni/bin";
+pub const DEFAULT_NAME: &str = "roce-ipvlan";
+
 /// What was read from the node: the input of [`problems`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeFacts {
@@ -45,15 +50,6 @@ pub enum BinaryFacts {
     Missing(PathBuf),
     Differs(PathBuf),
     Unreadable(String),
-}
-
-/// sysfs prints the state as `<number>: <NAME>`, e.g. `4: ACTIVE` (as STATUS reads it).
-fn port_active(state: &str) -> bool {
-    state
-        .split_once(':')
-        .map_or(state, |(_, name)| name)
-        .trim()
-        .eq_ignore_ascii_case("ACTIVE")
 }
 
 /// Every reason this node cannot serve attachments; empty when it can.
@@ -96,7 +92,7 @@ pub fn problems(facts: &NodeFacts) -> Vec<String> {
             None => out.push(format!("{name}: the netdev went away while being read")),
         }
         match &rail.state {
-            Ok(state) if port_active(state) => {}
+            Ok(state) if rdma::port_active(state) => {}
             Ok(state) => out.push(format!("{name} is {state}, not ACTIVE")),
             Err(e) => out.push(format!("{name} is in an unknown state, not ACTIVE: {e}")),
         }
@@ -252,8 +248,8 @@ pub fn report(facts: &NodeFacts) -> (bool, String) {
 
 /// Parsed `ready` arguments: the installed binary's path and the rails to check.
 pub fn parse_args(args: &[String]) -> Result<(PathBuf, Option<Vec<String>>), String> {
-    let mut dir = PathBuf::from(crate::install::DEFAULT_DIR);
-    let mut name = crate::install::DEFAULT_NAME.to_string();
+    let mut dir = PathBuf::from(DEFAULT_DIR);
+    let mut name = DEFAULT_NAME.to_string();
     let mut rails = None;
     let mut it = args.iter();
     while let Some(arg) = it.next() {

@@ -17,10 +17,11 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use ipnetwork::Ipv6Network;
 use netlink_packet_route::address::AddressFlags;
 
-use crate::config::{DadMode, SlaacConf};
+use crate::config::SlaacConf;
 use crate::error::{Error, Result};
 use crate::netlink::{Addr6, AddrEvent, AddrEvents, Netlink};
 use crate::netns::Netns;
+use crate::sysctl::DadMode;
 
 /// The SLAAC address ADD reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

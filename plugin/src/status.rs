@@ -24,10 +24,10 @@ use crate::error::{Error, Result};
 use crate::ipam::{Delegated, Ipam};
 use crate::netlink::Netlink;
 use crate::rail;
-use crate::rdma::Sysfs;
+use crate::rdma::{self, Sysfs};
 
 pub async fn status(env: &Env, conf: &NetConf) -> Result<()> {
-    require_1_1(conf, "STATUS")?;
+    cni::require_status_gc(&conf.cni_version, "STATUS")?;
     if conf.rail.names_a_rail() {
         rail_ready(conf).await?;
     } else {
@@ -49,38 +49,17 @@ pub async fn status(env: &Env, conf: &NetConf) -> Result<()> {
     Ok(())
 }
 
-/// STATUS and GC exist from CNI 1.1.0 on; for an older configuration the spec's libraries
-/// answer "incompatible version" (code 1), and so does this plugin.
-pub fn require_1_1(conf: &NetConf, command: &str) -> Result<()> {
-    let index = |v: &str| cni::SUPPORTED_VERSIONS.iter().position(|s| *s == v);
-    if index(&conf.cni_version) < index(cni::STATUS_GC_VERSION) {
-        return Err(Error::IncompatibleVersion {
-            found: conf.cni_version.clone(),
-            supported: format!(
-                "{command} only with cniVersion {} or later",
-                cni::STATUS_GC_VERSION
-            ),
-        });
-    }
-    Ok(())
-}
-
 async fn rail_ready(conf: &NetConf) -> Result<()> {
-    let rail = rail::resolve(&conf.rail, &rail::System::default()).map_err(|e| match e {
-        // A configuration refused here would be refused by ADD as well: not available.
-        e @ (Error::InvalidConfig(_) | Error::Rail(_) | Error::NoRdmaPort(_)) => {
-            Error::Unavailable(e.to_string())
-        }
-        other => other,
-    })?;
     let host = Netlink::current()?;
-    let master = host.link_by_name(&rail.netdev).await?.ok_or_else(|| {
-        Error::Unavailable(format!(
-            "rail {:?} ({}) does not exist on this node: expected a netdev of that name in the \
-             host network namespace; check `ip link` and the NAD",
-            rail.netdev, rail.chosen_by
-        ))
-    })?;
+    let (rail, master) = rail::find(&conf.rail, &host, Error::Unavailable)
+        .await
+        .map_err(|e| match e {
+            // A configuration refused here would be refused by ADD as well: not available.
+            e @ (Error::InvalidConfig(_) | Error::Rail(_) | Error::NoRdmaPort(_)) => {
+                Error::Unavailable(e.to_string())
+            }
+            other => other,
+        })?;
     if !master.admin_up {
         return Err(Error::UnavailableLimited(format!(
             "rail {} is down: pods already on it have no connectivity through it and new ones \
@@ -88,7 +67,7 @@ async fn rail_ready(conf: &NetConf) -> Result<()> {
             master.name, master.name
         )));
     }
-    let port = crate::add::rdma_port(conf, rail.rdma_device.as_deref(), &master)
+    let port = rail::rdma_port(&rail, conf.rdma.port, &master)
         .map_err(|e| Error::Unavailable(e.to_string()))?;
     let state = Sysfs::system().port_state(&port).map_err(|e| {
         Error::Unavailable(format!(
@@ -96,7 +75,7 @@ async fn rail_ready(conf: &NetConf) -> Result<()> {
             port.device, port.port
         ))
     })?;
-    if !port_active(&state) {
+    if !rdma::port_active(&state) {
         return Err(Error::UnavailableLimited(format!(
             "RDMA port {} {} of rail {} is {state:?}, expected ACTIVE: RoCE traffic of pods on \
              this rail cannot flow; check the cable/switch port and `rdma link show`",
@@ -105,46 +84,4 @@ async fn rail_ready(conf: &NetConf) -> Result<()> {
     }
     tracing::info!(rail = %master.name, device = %port.device, port = port.port, "rail ready");
     Ok(())
-}
-
-/// sysfs prints the state as `<number>: <NAME>`, e.g. `4: ACTIVE`.
-fn port_active(state: &str) -> bool {
-    state
-        .split_once(':')
-        .map_or(state, |(_, name)| name)
-        .trim()
-        .eq_ignore_ascii_case("ACTIVE")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn conf(version: &str) -> NetConf {
-        let text = serde_json::json!({
-            "cniVersion": version, "name": "n", "type": "roce-ipvlan", "master": "rdma0",
-            "ipam": {"type": "host-local"}
-        })
-        .to_string();
-        NetConf::parse(text.as_bytes(), "").unwrap()
-    }
-
-    #[test]
-    fn only_from_1_1_0() {
-        for v in ["0.4.0", "1.0.0"] {
-            let err = require_1_1(&conf(v), "STATUS").unwrap_err();
-            assert_eq!(err.code(), 1, "{err}");
-            assert!(err.to_string().contains("1.1.0"), "{err}");
-        }
-        require_1_1(&conf("1.1.0"), "GC").unwrap();
-    }
-
-    #[test]
-    fn port_states() {
-        assert!(port_active("4: ACTIVE"));
-        assert!(port_active("ACTIVE"));
-        assert!(!port_active("1: DOWN"));
-        assert!(!port_active("2: INIT"));
-        assert!(!port_active("5: ACTIVE_DEFER"));
-    }
 }

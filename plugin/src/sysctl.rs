@@ -57,11 +57,24 @@ pub fn announce_defaults() -> Vec<(String, String)> {
 /// An unsolicited neighbour advertisement for each IPv6 address once its DAD is done.
 pub const NDISC_NOTIFY: &str = "net.ipv6.conf.IFNAME.ndisc_notify";
 
+/// How ADD treats duplicate address detection of the SLAAC address (`slaac.dad`); it sets
+/// the DAD sysctls below.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DadMode {
+    /// Return only once the address is no longer tentative (it then answers neighbour
+    /// solicitations, so peers can resolve it). The kernel's own pace.
+    Wait,
+    /// Optimistic DAD (RFC 4429) on this interface: the address is usable, and answers
+    /// neighbour solicitations, while DAD still runs and still catches a duplicate.
+    Optimistic,
+    /// No DAD on this interface: for fabrics that guarantee unique addresses.
+    Off,
+}
+
 /// Per-interface IPv6 settings for SLAAC. IPv6 is enabled on this interface only, even when the
 /// pod has `all`/`default.disable_ipv6=1`, and enabled last: turning it on starts link-local
 /// DAD, which should already run with the DAD settings below.
-pub fn slaac_defaults(dad: crate::config::DadMode) -> Vec<(String, String)> {
-    use crate::config::DadMode;
+pub fn slaac_defaults(dad: DadMode) -> Vec<(String, String)> {
     let mut v = vec![
         // 2: accept router advertisements even if the pod forwards.
         ("net.ipv6.conf.IFNAME.accept_ra", "2"),
