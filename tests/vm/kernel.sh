@@ -50,12 +50,15 @@ resolve() {
 	apt-cache "${apt_opts[@]}" depends linux-image-amd64 2>/dev/null |
 		awk '/Depends: linux-image-[0-9].*-amd64$/ {print $2; exit}'
 }
-# Any list but the partial/ download directory means apt-get update ran in $adir before.
-have_lists=
-for f in "$adir"/lists/*; do
-	if [[ -e $f && ${f##*/} != partial ]]; then have_lists=1; break; fi
-done
-[[ $kernel == default || -n $have_lists ]] || apt_update
+# Backports: any list but the partial/ download directory means apt-get update ran in $adir
+# before.
+if [[ $kernel != default ]]; then
+	have_lists=
+	for f in "$adir"/lists/*; do
+		if [[ -e $f && ${f##*/} != partial ]]; then have_lists=1; break; fi
+	done
+	[[ -n $have_lists ]] || apt_update
+fi
 pkg=$(resolve)
 if [[ -z $pkg ]]; then
 	echo "kernel.sh: cannot resolve linux-image-amd64 (run 'apt-get update' first)" >&2
