@@ -8,7 +8,7 @@ use serde_json::Value;
 use crate::budget::Budget;
 use crate::cni::{CniResult, Env, Interface, IpConfig, Roce};
 use crate::config::{NetConf, SlaacConf};
-use crate::error::{Error, Result};
+use crate::error::{Error, FailedUndo, Result};
 use crate::ipam::Ipam;
 use crate::ipvlan;
 use crate::lock;
@@ -41,6 +41,23 @@ enum Step {
     },
 }
 
+impl std::fmt::Display for Step {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Step::Link { index } => write!(f, "the IPvlan child (#{index}) in the pod"),
+            Step::Ipam => write!(f, "the IPAM allocation"),
+            Step::Sysctl { saved, .. } => write!(
+                f,
+                "pod-wide sysctl {} (to restore to {:?})",
+                saved.old.key, saved.old.value
+            ),
+            Step::Rule { source, table } => {
+                write!(f, "the rule \"from {source} lookup {table}\" in the pod")
+            }
+        }
+    }
+}
+
 /// What ADD checked before changing anything.
 struct Ready<'a> {
     env: &'a Env,
@@ -68,8 +85,15 @@ pub async fn add(env: &Env, conf: &NetConf) -> Result<Value> {
         Ok(doc) => Ok(doc),
         Err(err) => {
             tracing::warn!(error = %err, steps = undo.len(), "ADD failed; undoing");
-            rollback(&ready, undo).await;
-            Err(err)
+            let failed_undo = rollback(&ready, undo).await;
+            if failed_undo.is_empty() {
+                Err(err)
+            } else {
+                Err(Error::Unwound {
+                    cause: Box::new(err),
+                    failed_undo,
+                })
+            }
         }
     }
 }
@@ -299,7 +323,7 @@ async fn build(r: &Ready<'_>, undo: &mut UndoStack<Step>) -> Result<Value> {
             .map(|ip| ip.address.ip())
             .find(|ip| ip.is_ipv4())
             .or_else(|| result.ips.first().map(|ip| ip.address.ip()))
-            .ok_or_else(|| Error::Ipam("IPAM returned no address".into()))?,
+            .ok_or_else(|| Error::ipam("IPAM returned no address"))?,
     };
 
     let roce = wait_for_gid(r, gid_addr).await?;
@@ -430,7 +454,10 @@ async fn restore_pod_wide(r: &Ready<'_>, saved: &sysctl::Saved, child: u32) -> R
     saved.restore()
 }
 
-async fn rollback(r: &Ready<'_>, undo: UndoStack<Step>) {
+/// Takes back every step, newest first, going on past a step that fails; returns those that
+/// failed.
+async fn rollback(r: &Ready<'_>, undo: UndoStack<Step>) -> Vec<FailedUndo> {
+    let mut failed = Vec::new();
     for step in undo.unwind() {
         let outcome = match &step {
             Step::Rule { source, table } => delete_rule(&r.pod, *source, *table).await,
@@ -443,8 +470,13 @@ async fn rollback(r: &Ready<'_>, undo: UndoStack<Step>) {
         };
         if let Err(e) = outcome {
             tracing::error!(?step, error = %e, "could not undo a step of the failed ADD");
+            failed.push(FailedUndo {
+                step: step.to_string(),
+                error: e,
+            });
         }
     }
+    failed
 }
 
 async fn delete_rule(pod: &Netlink, source: IpAddr, table: u32) -> Result<()> {

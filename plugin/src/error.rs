@@ -42,9 +42,20 @@ pub enum Error {
         source: rtnetlink::Error,
     },
 
-    /// 103: the delegated IPAM plugin failed or answered something unusable.
-    #[error("{0}")]
-    Ipam(String),
+    /// A failed ADD that could not take back every step: the failure (its code and message), and
+    /// each undo step that failed too, which go to the CNI error's `details`, so that what was
+    /// left behind reaches the runtime's events and not only the plugin's log.
+    #[error("{cause}")]
+    Unwound {
+        cause: Box<Error>,
+        failed_undo: Vec<FailedUndo>,
+    },
+
+    /// 103: the delegated IPAM plugin failed or answered something unusable. `code` is the CNI
+    /// code of the IPAM plugin's own error document, when it printed one (STATUS tells 50 from
+    /// 51 by it; a 1 makes ADD retry in a version the plugin supports).
+    #[error("{msg}")]
+    Ipam { msg: String, code: Option<u32> },
 
     /// 104: the child's RoCE v2 GID did not appear in time.
     #[error("{0}")]
@@ -86,6 +97,13 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// An undo step of a failed ADD that failed itself: what it was to take back, and why it could not.
+#[derive(Debug)]
+pub struct FailedUndo {
+    pub step: String,
+    pub error: Error,
+}
+
 impl Error {
     pub fn code(&self) -> u32 {
         match self {
@@ -99,13 +117,22 @@ impl Error {
             Error::Rail(_) => 100,
             Error::NoRdmaPort(_) => 101,
             Error::Netlink { .. } => 102,
-            Error::Ipam(_) => 103,
+            Error::Unwound { cause, .. } => cause.code(),
+            Error::Ipam { .. } => 103,
             Error::GidTimeout(_) => 104,
             Error::Netns(_) => 105,
             Error::Sysctl(_) => 106,
             Error::CheckFailed(_) => 107,
             Error::Io { .. } => 108,
             Error::Slaac(_) => 109,
+        }
+    }
+
+    /// An IPAM failure without a CNI error of the IPAM plugin's own.
+    pub fn ipam(msg: impl Into<String>) -> Self {
+        Error::Ipam {
+            msg: msg.into(),
+            code: None,
         }
     }
 
@@ -133,16 +160,31 @@ impl Error {
 
     /// The CNI error document printed on stdout.
     pub fn to_cni(&self, cni_version: &str) -> CniError {
-        let details = match self {
-            Error::Netlink { source, .. } => source.to_string(),
-            Error::Io { source, .. } => source.to_string(),
-            _ => String::new(),
-        };
         CniError {
             cni_version: cni_version.to_string(),
             code: self.code(),
             msg: self.to_string(),
-            details,
+            details: self.details(),
+        }
+    }
+
+    fn details(&self) -> String {
+        match self {
+            Error::Netlink { source, .. } => source.to_string(),
+            Error::Io { source, .. } => source.to_string(),
+            Error::Unwound { cause, failed_undo } => {
+                let mut parts: Vec<String> = Some(cause.details())
+                    .filter(|d| !d.is_empty())
+                    .into_iter()
+                    .collect();
+                parts.extend(
+                    failed_undo
+                        .iter()
+                        .map(|f| format!("not undone: {}: {}", f.step, f.error)),
+                );
+                parts.join("; ")
+            }
+            _ => String::new(),
         }
     }
 }
@@ -187,7 +229,7 @@ mod tests {
             (Error::UnavailableLimited("x".into()), 51),
             (Error::Rail("x".into()), 100),
             (Error::NoRdmaPort("x".into()), 101),
-            (Error::Ipam("x".into()), 103),
+            (Error::ipam("x"), 103),
             (Error::GidTimeout("x".into()), 104),
             (Error::Netns("x".into()), 105),
             (Error::Sysctl("x".into()), 106),
@@ -207,5 +249,28 @@ mod tests {
         assert_eq!(v["code"], 7);
         assert_eq!(v["msg"], "invalid network configuration: mode l3");
         assert!(v.get("details").is_none());
+    }
+
+    #[test]
+    fn failed_undo_steps_are_in_the_details_and_the_cause_keeps_code_and_message() {
+        let cause = Error::netlink("cannot add rule", rtnetlink::Error::RequestFailed);
+        let cause_details = cause.to_cni("1.0.0").details;
+        let err = Error::Unwound {
+            cause: Box::new(cause),
+            failed_undo: vec![FailedUndo {
+                step: "the IPAM allocation".into(),
+                error: Error::ipam("IPAM plugin host-local DEL failed (code 11): busy"),
+            }],
+        };
+        let doc = err.to_cni("1.0.0");
+        assert_eq!(doc.code, 102);
+        assert!(doc.msg.starts_with("cannot add rule"), "{}", doc.msg);
+        assert!(doc.details.starts_with(&cause_details), "{}", doc.details);
+        assert!(
+            doc.details
+                .contains("not undone: the IPAM allocation: IPAM plugin host-local DEL failed"),
+            "{}",
+            doc.details
+        );
     }
 }

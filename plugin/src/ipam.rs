@@ -49,7 +49,7 @@ impl<'a> Ipam<'a> {
             return Ok(None);
         };
         let binary = find_in_path(&env.path, &ipam.kind).ok_or_else(|| {
-            Error::Ipam(format!(
+            Error::ipam(format!(
                 "IPAM plugin {:?} was not found in CNI_PATH ({}): install it on the node, \
                  e.g. into /opt/cni/bin",
                 ipam.kind,
@@ -72,13 +72,13 @@ impl<'a> Ipam<'a> {
     pub fn add(&self, share: crate::budget::Share) -> Result<CniResult> {
         let out = self.call("ADD", None, share.into())?;
         let result = CniResult::parse(&out).map_err(|e| {
-            Error::Ipam(format!(
+            Error::ipam(format!(
                 "IPAM plugin {} returned a result this plugin cannot read ({e}): {out}",
                 self.kind
             ))
         })?;
         if result.ips.is_empty() {
-            return Err(Error::Ipam(format!(
+            return Err(Error::ipam(format!(
                 "IPAM plugin {} returned no address: the child needs one for its RoCE v2 GID; \
                  check the pool/range in the ipam section",
                 self.kind
@@ -133,12 +133,12 @@ impl<'a> Ipam<'a> {
 
     /// Whether a failure of the IPAM plugin carried CNI code `code`.
     pub fn failed_with(e: &Error, code: u32) -> bool {
-        matches!(e, Error::Ipam(msg) if msg.contains(&format!("(code {code})")))
+        matches!(e, Error::Ipam { code: Some(c), .. } if *c == code)
     }
 
     fn call(&self, command: &str, prev: Option<&CniResult>, deadline: Deadline) -> Result<Value> {
         match self.exec(command, &self.conf.cni_version, prev, deadline) {
-            Err(e @ Error::Ipam(_)) if self.incompatible_version(&e) => {
+            Err(e) if Ipam::failed_with(&e, 1) => {
                 let version = self.negotiate(deadline)?;
                 tracing::debug!(
                     ipam = self.kind,
@@ -149,10 +149,6 @@ impl<'a> Ipam<'a> {
             }
             other => other,
         }
-    }
-
-    fn incompatible_version(&self, e: &Error) -> bool {
-        matches!(e, Error::Ipam(msg) if msg.contains("(code 1)"))
     }
 
     /// The versions the IPAM plugin lists in its VERSION answer.
@@ -177,7 +173,7 @@ impl<'a> Ipam<'a> {
             .find(|v| theirs.iter().any(|t| t == *v))
             .map(|v| v.to_string())
             .ok_or_else(|| {
-                Error::Ipam(format!(
+                Error::ipam(format!(
                     "IPAM plugin {} supports cniVersion {theirs:?}, none of which this plugin \
                      speaks ({}): upgrade the IPAM plugin",
                     self.kind,
@@ -243,7 +239,7 @@ impl<'a> Ipam<'a> {
             });
         }
         let child = cmd.spawn().map_err(|e| {
-            Error::Ipam(format!(
+            Error::ipam(format!(
                 "cannot run IPAM plugin {}: {e}",
                 self.binary.display()
             ))
@@ -251,7 +247,7 @@ impl<'a> Ipam<'a> {
         let out = match communicate(child, stdin.to_string().into_bytes(), deadline) {
             Ok(out) => out,
             Err(Failure::TimedOut) => {
-                return Err(Error::Ipam(format!(
+                return Err(Error::ipam(format!(
                     "IPAM plugin {} {command} did not finish within {} and was killed \
                      (with its process group): check that the IPAM plugin and what it depends \
                      on (its daemon, store or server) are up on this node, or raise \
@@ -261,7 +257,7 @@ impl<'a> Ipam<'a> {
                 )))
             }
             Err(Failure::Io(what, e)) => {
-                return Err(Error::Ipam(format!(
+                return Err(Error::ipam(format!(
                     "IPAM plugin {} {command}: {what}: {e}",
                     self.binary.display()
                 )))
@@ -270,15 +266,13 @@ impl<'a> Ipam<'a> {
         let stdout = String::from_utf8_lossy(&out.stdout);
         let stderr = String::from_utf8_lossy(&out.stderr);
         if !out.status.success() {
-            return Err(Error::Ipam(describe_failure(
-                self.kind, command, &stdout, &stderr,
-            )));
+            return Err(describe_failure(self.kind, command, &stdout, &stderr));
         }
         if matches!(command, "DEL" | "CHECK" | "STATUS" | "GC") {
             return Ok(Value::Null);
         }
         serde_json::from_str(&stdout).map_err(|e| {
-            Error::Ipam(format!(
+            Error::ipam(format!(
                 "IPAM plugin {} {command} printed something that is not JSON ({e}): {}",
                 self.kind,
                 truncate(&stdout)
@@ -433,23 +427,26 @@ fn communicate(mut child: Child, input: Vec<u8>, deadline: Deadline) -> Result<O
     })
 }
 
-fn describe_failure(kind: &str, command: &str, stdout: &str, stderr: &str) -> String {
+fn describe_failure(kind: &str, command: &str, stdout: &str, stderr: &str) -> Error {
     match serde_json::from_str::<Value>(stdout) {
-        Ok(v) if v.get("code").is_some() => format!(
-            "IPAM plugin {kind} {command} failed (code {}): {}{}",
-            v["code"],
-            v.get("msg").and_then(Value::as_str).unwrap_or(""),
-            v.get("details")
-                .and_then(Value::as_str)
-                .filter(|d| !d.is_empty())
-                .map(|d| format!(" ({d})"))
-                .unwrap_or_default()
-        ),
-        _ => format!(
+        Ok(v) if v.get("code").is_some() => Error::Ipam {
+            msg: format!(
+                "IPAM plugin {kind} {command} failed (code {}): {}{}",
+                v["code"],
+                v.get("msg").and_then(Value::as_str).unwrap_or(""),
+                v.get("details")
+                    .and_then(Value::as_str)
+                    .filter(|d| !d.is_empty())
+                    .map(|d| format!(" ({d})"))
+                    .unwrap_or_default()
+            ),
+            code: v["code"].as_u64().and_then(|c| u32::try_from(c).ok()),
+        },
+        _ => Error::ipam(format!(
             "IPAM plugin {kind} {command} failed without a CNI error: stdout {:?}, stderr {:?}",
             truncate(stdout),
             truncate(stderr)
-        ),
+        )),
     }
 }
 
@@ -476,21 +473,36 @@ mod tests {
 
     #[test]
     fn failure_with_a_cni_error_keeps_its_code_and_message() {
-        let msg = describe_failure(
+        let err = describe_failure(
             "host-local",
             "ADD",
             r#"{"code": 11, "msg": "no IP addresses available", "details": "range full"}"#,
             "",
         );
         assert_eq!(
-            msg,
+            err.to_string(),
             "IPAM plugin host-local ADD failed (code 11): no IP addresses available (range full)"
+        );
+        assert!(Ipam::failed_with(&err, 11));
+        assert!(!Ipam::failed_with(&err, 1));
+        // The code is the IPAM plugin's, not a number that happens to be in its message.
+        let err = describe_failure(
+            "x",
+            "STATUS",
+            r#"{"code": 50, "msg": "backend says (code 51)"}"#,
+            "",
+        );
+        assert!(
+            Ipam::failed_with(&err, 50) && !Ipam::failed_with(&err, 51),
+            "{err}"
         );
     }
 
     #[test]
     fn failure_without_a_cni_error_shows_the_output() {
-        let msg = describe_failure("x", "ADD", "panic: boom", "trace");
+        let err = describe_failure("x", "ADD", "panic: boom (code 51)", "trace");
+        assert!(!Ipam::failed_with(&err, 51), "{err}");
+        let msg = err.to_string();
         assert!(
             msg.contains("without a CNI error") && msg.contains("boom") && msg.contains("trace"),
             "{msg}"
