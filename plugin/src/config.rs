@@ -262,7 +262,7 @@ impl NetConf {
             },
             Some(r) => {
                 if let Some(d) = &r.device {
-                    if d.is_empty() || d.contains('/') || d.starts_with('.') {
+                    if !crate::rdma::valid_device_name(d) {
                         return bad(format!("\"rdma.device\" {d:?} is not an RDMA device name"));
                     }
                 }

@@ -451,7 +451,7 @@ fn cni_args(args: Option<&Value>) -> Result<(Option<String>, Option<String>)> {
     }
     let rdma = field("rdmaDevice")?;
     if let Some(d) = &rdma {
-        if d.contains('/') || d.starts_with('.') {
+        if !rdma::valid_device_name(d) {
             return Err(Error::InvalidConfig(format!(
                 "\"args.cni.rdmaDevice\" {d:?} is not an RDMA device name"
             )));
@@ -571,7 +571,7 @@ impl Node for System {
     }
 
     fn rdma_netdevs(&self, device: &str) -> io::Result<Option<Vec<String>>> {
-        if device.is_empty() || device.contains('/') || device.starts_with('.') {
+        if !rdma::valid_device_name(device) {
             return Ok(None);
         }
         let class = self.sys.join("class/infiniband").join(device);

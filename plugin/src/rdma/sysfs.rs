@@ -39,7 +39,13 @@ impl Sysfs {
     }
 
     fn device_dir(&self, device: &str) -> io::Result<PathBuf> {
-        Ok(self.class_dir().join(path_component(device)?))
+        if !super::valid_device_name(device) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{device:?} is not a valid RDMA device name"),
+            ));
+        }
+        Ok(self.class_dir().join(device))
     }
 
     fn port_dir(&self, port: &RdmaPort) -> io::Result<PathBuf> {
@@ -168,7 +174,7 @@ fn path_component(name: &str) -> io::Result<&str> {
     if name.is_empty() || name == "." || name == ".." || name.contains(['/', '\0']) {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            format!("{name:?} is not a valid RDMA device name"),
+            format!("{name:?} is not a valid interface name"),
         ));
     }
     Ok(name)
