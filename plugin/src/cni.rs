@@ -65,8 +65,6 @@ pub struct Env {
     pub netns: Option<PathBuf>,
     pub ifname: String,
     pub path: Vec<PathBuf>,
-    /// CNI_ARGS as key/value pairs.
-    pub args: Vec<(String, String)>,
 }
 
 impl Env {
@@ -104,7 +102,6 @@ impl Env {
                 netns: None,
                 ifname: String::new(),
                 path: Vec::new(),
-                args: Vec::new(),
             });
         }
         let required = |k: &str| {
@@ -128,7 +125,6 @@ impl Env {
                 netns: None,
                 ifname: String::new(),
                 path,
-                args: Vec::new(),
             });
         }
         let container_id = required("CNI_CONTAINERID")?;
@@ -150,14 +146,15 @@ impl Env {
             Command::Del => var("CNI_NETNS").map(PathBuf::from),
             _ => Some(PathBuf::from(required("CNI_NETNS")?)),
         };
-        let args = parse_cni_args(&var("CNI_ARGS").unwrap_or_default())?;
+        // Nothing reads CNI_ARGS (the rail comes from the configuration's "args"), but a
+        // malformed one is refused as the reference plugins' LoadArgs refuses it.
+        check_cni_args(&var("CNI_ARGS").unwrap_or_default())?;
         Ok(Env {
             command,
             container_id,
             netns,
             ifname,
             path,
-            args,
         })
     }
 }
@@ -200,16 +197,19 @@ pub fn validate_ifname(name: &str) -> Result<()> {
     Ok(())
 }
 
-fn parse_cni_args(raw: &str) -> Result<Vec<(String, String)>> {
-    raw.split(';')
-        .filter(|kv| !kv.is_empty())
-        .map(|kv| match kv.split_once('=') {
-            Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
-            _ => Err(Error::InvalidEnv(format!(
-                "CNI_ARGS entry {kv:?} is not KEY=VALUE"
-            ))),
-        })
-        .collect()
+/// CNI_ARGS is `KEY=VALUE` pairs separated by `;`.
+fn check_cni_args(raw: &str) -> Result<()> {
+    for kv in raw.split(';').filter(|kv| !kv.is_empty()) {
+        match kv.split_once('=') {
+            Some((k, _)) if !k.is_empty() => {}
+            _ => {
+                return Err(Error::InvalidEnv(format!(
+                    "CNI_ARGS entry {kv:?} is not KEY=VALUE"
+                )))
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A version-neutral result: what IPAM returned plus what the plugin adds.

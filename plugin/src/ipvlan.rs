@@ -123,7 +123,6 @@ mod tests {
             netns: None,
             ifname: ifname.into(),
             path: Vec::new(),
-            args: Vec::new(),
         }
     }
 

@@ -5,34 +5,44 @@
 //! `run` is the one entry point: it reads the CNI environment and stdin, runs one command, and
 //! prints exactly one JSON document (a result or a CNI error) on stdout.
 
-pub mod add;
-pub mod atomic_file;
-pub mod budget;
-pub mod check;
+pub(crate) mod add;
+pub(crate) mod atomic_file;
+pub(crate) mod budget;
+pub(crate) mod check;
 pub mod cni;
 pub mod config;
-pub mod del;
-pub mod device_info;
-pub mod diagnose;
-pub mod error;
-pub mod gc;
-pub mod install;
-pub mod ipam;
-pub mod ipvlan;
-pub mod lock;
+pub(crate) mod del;
+pub(crate) mod device_info;
+pub(crate) mod diagnose;
+pub(crate) mod error;
+pub(crate) mod gc;
+pub(crate) mod install;
+pub(crate) mod ipam;
+pub(crate) mod ipvlan;
+pub(crate) mod lock;
 pub mod logging;
-pub mod netlink;
-pub mod netns;
-pub mod rail;
-pub mod rdma;
-pub mod ready;
-pub mod routing;
-pub mod slaac;
-pub mod status;
+pub(crate) mod netlink;
+pub(crate) mod netns;
+pub(crate) mod rail;
+pub(crate) mod rdma;
+pub(crate) mod ready;
+pub(crate) mod routing;
+pub(crate) mod slaac;
+pub(crate) mod status;
 pub mod sysctl;
-pub mod undo;
-pub mod validate;
-pub mod workload_env;
+pub(crate) mod undo;
+pub(crate) mod validate;
+pub(crate) mod workload_env;
+
+/// The operator subcommands' entry points, for main.rs: each takes the arguments after its name
+/// and returns the exit status.
+pub mod subcommand {
+    pub use crate::diagnose::main as diagnose;
+    pub use crate::install::main as install;
+    pub use crate::ready::main as ready;
+    pub use crate::validate::main as validate;
+    pub use crate::workload_env::main as env;
+}
 
 use std::io::Read;
 

@@ -43,14 +43,12 @@ fn main() {
             print!("{HELP}");
             0
         }
-        // Subcommands (one arm each): env, diagnose, validate, install, ready.
-        Some("validate") => roce_ipvlan::validate::main(rest),
-        Some("install") => roce_ipvlan::install::main(rest),
-        Some("ready") => roce_ipvlan::ready::main(rest),
-        Some("diagnose") => roce_ipvlan::diagnose::main(rest),
-        Some("env") => roce_ipvlan::workload_env::main(rest),
+        Some("validate") => roce_ipvlan::subcommand::validate(rest),
+        Some("install") => roce_ipvlan::subcommand::install(rest),
+        Some("ready") => roce_ipvlan::subcommand::ready(rest),
+        Some("diagnose") => roce_ipvlan::subcommand::diagnose(rest),
+        Some("env") => roce_ipvlan::subcommand::env(rest),
         Some(other) => {
-            let _ = rest;
             eprintln!("roce-ipvlan: unknown command {other:?}\n\n{HELP}");
             2
         }

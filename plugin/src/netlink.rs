@@ -138,7 +138,6 @@ fn parse_addr6(m: &AddressMessage) -> Option<Addr6> {
 pub struct Rule {
     pub source: Option<IpAddr>,
     pub table: u32,
-    pub priority: Option<u32>,
     message: RuleMessage,
 }
 
@@ -182,15 +181,6 @@ impl Netlink {
             Ok(msg) => Ok(msg.map(parse_link)),
             Err(e) if is_errno(&e, libc::ENODEV) => Ok(None),
             Err(e) => Err(Error::netlink(format!("cannot look up link {name}"), e)),
-        }
-    }
-
-    pub async fn link_by_index(&self, index: u32) -> Result<Option<Link>> {
-        let mut links = self.handle.link().get().match_index(index).execute();
-        match links.try_next().await {
-            Ok(msg) => Ok(msg.map(parse_link)),
-            Err(e) if is_errno(&e, libc::ENODEV) => Ok(None),
-            Err(e) => Err(Error::netlink(format!("cannot look up link #{index}"), e)),
         }
     }
 
@@ -383,12 +373,6 @@ impl Netlink {
             .map_err(|e| Error::netlink(what(), e))
     }
 
-    /// Whether `table` holds any route of `family` (4 or 6).
-    pub async fn table_has_routes(&self, table: u32, v6: bool) -> Result<bool> {
-        let routes = self.routes(v6).await?;
-        Ok(routes.iter().any(|r| route_table(r) == table))
-    }
-
     /// The destinations of the routes of `family` in `table` (`0.0.0.0/0` or `::/0` for a
     /// default route).
     pub async fn table_destinations(&self, table: u32, v6: bool) -> Result<Vec<IpNetwork>> {
@@ -532,19 +516,16 @@ fn parse_link(msg: LinkMessage) -> Link {
 fn parse_rule(message: RuleMessage) -> Rule {
     let mut table = u32::from(message.header.table);
     let mut source = None;
-    let mut priority = None;
     for attr in &message.attributes {
         match attr {
             RuleAttribute::Table(t) => table = *t,
             RuleAttribute::Source(s) => source = Some(*s),
-            RuleAttribute::Priority(p) => priority = Some(*p),
             _ => {}
         }
     }
     Rule {
         source,
         table,
-        priority,
         message,
     }
 }

@@ -18,7 +18,7 @@ use std::net::{IpAddr, Ipv6Addr};
 use std::thread;
 use std::time::{Duration, Instant};
 
-pub use nldev::{device_ports, netlink_ports, netns_mode, NetnsMode, PortNetdev};
+pub use nldev::{device_ports, netlink_ports, netns_mode, NetnsMode};
 pub use sysfs::Sysfs;
 
 /// Whether `name` can be an RDMA device name: not empty, no `/` or NUL, not starting with `.`,
@@ -111,7 +111,9 @@ const SUMMARY_MAX_FIELD: usize = 32;
 
 impl GidTable {
     /// The lowest index holding `gid` with type `gid_type`. The same value usually sits in two
-    /// slots (RoCE v1 and v2), so the type matters.
+    /// slots (RoCE v1 and v2), so the type matters. (Tests read tables with it; the plugin
+    /// waits for a GID with `Sysfs::wait_for_gid`.)
+    #[cfg(test)]
     pub fn find(&self, gid: Ipv6Addr, gid_type: &GidType) -> Option<u32> {
         self.visible()
             .find(|&(_, g, t, _)| *g == gid && t == Some(gid_type))
@@ -199,7 +201,7 @@ const POLL_MAX: Duration = Duration::from_millis(50);
 
 /// Waits until `gid` of type RoCE v2 appears on `port` and returns its index.
 ///
-/// Polls (synchronously, with a 5 ms pause doubling up to 50 ms), so run it on a thread that
+/// Polls (synchronously, with a 1 ms pause doubling up to 50 ms), so run it on a thread that
 /// has entered the pod's netns: on DOCA-OFED/MLNX_OFED kernels the pod's GIDs are visible only
 /// from there. The index is whatever slot the kernel picked; it is never assumed.
 pub fn wait_for_gid(

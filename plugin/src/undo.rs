@@ -26,10 +26,6 @@ impl<T> UndoStack<T> {
     pub fn len(&self) -> usize {
         self.steps.len()
     }
-
-    pub fn is_empty(&self) -> bool {
-        self.steps.is_empty()
-    }
 }
 
 #[cfg(test)]

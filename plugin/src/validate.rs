@@ -201,7 +201,8 @@ fn push_doc(file: &str, label: String, value: Value, raw: Option<String>, out: &
 }
 
 /// Checks every document of one YAML/JSON text on its own; returns (label, outcome) pairs.
-pub fn check_text(text: &str) -> Vec<(String, Outcome)> {
+#[cfg(test)]
+fn check_text(text: &str) -> Vec<(String, Outcome)> {
     check_docs(&parse_text("-", text))
         .into_iter()
         .map(|(_, label, outcome)| (label, outcome))
