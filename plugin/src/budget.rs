@@ -44,16 +44,9 @@ impl Budget {
     /// The share of a wait whose own limit is `own`, starting at `now`.
     pub fn share_at(&self, now: Instant, own: Duration) -> Share {
         let left = self.remaining_at(now);
-        if own <= left {
-            Share {
-                limit: own,
-                cut: false,
-            }
-        } else {
-            Share {
-                limit: left,
-                cut: true,
-            }
+        Share {
+            limit: own.min(left),
+            cut: own > left,
         }
     }
 
@@ -84,37 +77,43 @@ mod tests {
     const MS: Duration = Duration::from_millis(1);
 
     #[test]
-    fn a_wait_keeps_its_own_limit_while_the_budget_allows_it() {
+    fn a_wait_keeps_its_own_limit_while_the_budget_allows_it_then_takes_what_is_left() {
         let t0 = Instant::now();
         let b = Budget::starting_at(t0, 30_000 * MS);
-        let s = b.share_at(t0 + 1_000 * MS, 10_000 * MS);
-        assert_eq!(
-            s,
-            Share {
-                limit: 10_000 * MS,
-                cut: false
-            }
-        );
-        assert_eq!(s.describe(30_000 * MS), "10000 ms");
+        // A 10 s wait after 1 s of a 30 s budget keeps its 10 s; after 25 s (IPAM took them)
+        // it gets the last 5 s.
+        for (spent, limit, cut, text) in [
+            (1_000, 10_000, false, "10000 ms"),
+            (
+                25_000,
+                5_000,
+                true,
+                "5000 ms (what was left of timeouts.totalMs 30000)",
+            ),
+            (
+                31_000,
+                0,
+                true,
+                "0 ms (what was left of timeouts.totalMs 30000)",
+            ),
+        ] {
+            let s = b.share_at(t0 + spent * MS, 10_000 * MS);
+            assert_eq!(
+                s,
+                Share {
+                    limit: limit * MS,
+                    cut
+                },
+                "after {spent} ms"
+            );
+            assert_eq!(s.describe(30_000 * MS), text);
+        }
     }
 
     #[test]
-    fn each_wait_takes_what_the_earlier_ones_left() {
-        // IPAM took 25 s of a 30 s budget: the GID wait (10 s of its own) gets the last 5 s.
+    fn the_shares_never_exceed_the_budget() {
         let t0 = Instant::now();
         let b = Budget::starting_at(t0, 30_000 * MS);
-        let s = b.share_at(t0 + 25_000 * MS, 10_000 * MS);
-        assert_eq!(
-            s,
-            Share {
-                limit: 5_000 * MS,
-                cut: true
-            }
-        );
-        assert_eq!(
-            s.describe(30_000 * MS),
-            "5000 ms (what was left of timeouts.totalMs 30000)"
-        );
         // The sum of the shares never exceeds the budget.
         let ipam = b.share_at(t0, 20_000 * MS);
         let ra = b.share_at(t0 + ipam.limit, 10_000 * MS);

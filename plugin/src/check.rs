@@ -89,15 +89,7 @@ pub async fn check(env: &Env, conf: &NetConf) -> Result<()> {
             return differs(format!(
                 "expected address {}, found {}",
                 ip.address,
-                if addrs.is_empty() {
-                    "none".to_string()
-                } else {
-                    addrs
-                        .iter()
-                        .map(|a| a.to_string())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                }
+                listed(&addrs, "none")
             ));
         }
     }
@@ -142,15 +134,7 @@ pub async fn check(env: &Env, conf: &NetConf) -> Result<()> {
                 "expected a route to {} in table {}, found routes to {}",
                 route.dst,
                 route.table,
-                if found.is_empty() {
-                    "nothing".to_string()
-                } else {
-                    found
-                        .iter()
-                        .map(|d| d.to_string())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                }
+                listed(&found, "nothing")
             ));
         }
     }
@@ -215,4 +199,16 @@ pub async fn check(env: &Env, conf: &NetConf) -> Result<()> {
         ipam.check(&prev)?;
     }
     Ok(())
+}
+
+/// `items` joined with ", " for a message, or `none` when there are none.
+fn listed<T: std::fmt::Display>(items: &[T], none: &str) -> String {
+    if items.is_empty() {
+        return none.to_string();
+    }
+    items
+        .iter()
+        .map(T::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
 }

@@ -269,18 +269,14 @@ impl NetConf {
                 if r.port == Some(0) {
                     return bad("\"rdma.port\" is 0: RDMA ports count from 1".into());
                 }
-                let ms = r
-                    .gid_timeout_ms
-                    .unwrap_or(DEFAULT_GID_TIMEOUT.as_millis() as u64);
-                if ms == 0 || ms > MAX_GID_TIMEOUT_MS {
-                    return bad(format!(
-                        "\"rdma.gidTimeoutMs\" is {ms}: expected 1..={MAX_GID_TIMEOUT_MS}"
-                    ));
-                }
                 RdmaConf {
+                    gid_timeout: millis(
+                        "rdma.gidTimeoutMs",
+                        r.gid_timeout_ms,
+                        DEFAULT_GID_TIMEOUT,
+                    )?,
                     device: r.device,
                     port: r.port,
-                    gid_timeout: Duration::from_millis(ms),
                 }
             }
         };
@@ -489,19 +485,21 @@ fn timeouts(raw: Option<RawTimeouts>) -> Result<Timeouts> {
     let Some(raw) = raw else {
         return Ok(Timeouts::default());
     };
-    let ms = |v: Option<u64>, default: Duration, key: &str| -> Result<Duration> {
-        let ms = v.unwrap_or(default.as_millis() as u64);
-        if ms == 0 || ms > MAX_GID_TIMEOUT_MS {
-            return Err(Error::InvalidConfig(format!(
-                "\"timeouts.{key}\" is {ms}: expected 1..={MAX_GID_TIMEOUT_MS} (milliseconds)"
-            )));
-        }
-        Ok(Duration::from_millis(ms))
-    };
     Ok(Timeouts {
-        total: ms(raw.total_ms, DEFAULT_TOTAL_TIMEOUT, "totalMs")?,
-        ipam: ms(raw.ipam_ms, DEFAULT_IPAM_TIMEOUT, "ipamMs")?,
+        total: millis("timeouts.totalMs", raw.total_ms, DEFAULT_TOTAL_TIMEOUT)?,
+        ipam: millis("timeouts.ipamMs", raw.ipam_ms, DEFAULT_IPAM_TIMEOUT)?,
     })
+}
+
+/// A time limit in milliseconds, `default` when absent: 1 ms to MAX_GID_TIMEOUT_MS.
+fn millis(key: &str, value: Option<u64>, default: Duration) -> Result<Duration> {
+    let ms = value.unwrap_or(default.as_millis() as u64);
+    if ms == 0 || ms > MAX_GID_TIMEOUT_MS {
+        return Err(Error::InvalidConfig(format!(
+            "\"{key}\" is {ms}: expected 1..={MAX_GID_TIMEOUT_MS} (milliseconds)"
+        )));
+    }
+    Ok(Duration::from_millis(ms))
 }
 
 fn slaac_conf(v6: RawIpv6) -> Result<SlaacConf> {
@@ -530,18 +528,10 @@ fn slaac_conf(v6: RawIpv6) -> Result<SlaacConf> {
         ))
         }
     };
-    let ms = v6
-        .ra_timeout_ms
-        .unwrap_or(DEFAULT_RA_TIMEOUT.as_millis() as u64);
-    if ms == 0 || ms > MAX_GID_TIMEOUT_MS {
-        return bad(format!(
-            "\"ipv6.raTimeoutMs\" is {ms}: expected 1..={MAX_GID_TIMEOUT_MS}"
-        ));
-    }
     Ok(SlaacConf {
         prefix,
         dad,
-        ra_timeout: Duration::from_millis(ms),
+        ra_timeout: millis("ipv6.raTimeoutMs", v6.ra_timeout_ms, DEFAULT_RA_TIMEOUT)?,
     })
 }
 
