@@ -3,7 +3,7 @@
 #   make build     debug build of the plugin (target/debug/roce-ipvlan, what the VM tests run)
 #   make unit      cargo unit and contract tests
 #   make lint      rustfmt check, clippy with warnings as errors, bash -n and shellcheck on every
-#                  shell script (.shellcheckrc)
+#                  shell script (.shellcheckrc), the version and the module table (docs/design.md)
 #   make vm-test   build, then boot the test VM and run tests/vm/suite
 #   make vm-suite  the VM suite only, with whatever binary ROCE_IPVLAN_BIN points at
 #   make validate-manifests  YAML under deploy/ and examples/: parses, Kubernetes schemas, and
@@ -71,6 +71,7 @@ lint:
 	@for f in $(SHELL_SCRIPTS); do bash -n $$f || exit 1; done
 	shellcheck $(SHELL_SCRIPTS)
 	tests/check-version.sh
+	tests/check-modules.sh
 
 vm-test: build
 	$(MAKE) vm-suite

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# make lint: the module table of docs/design.md against plugin/src. Every .rs file of plugin/src
+# must have a row, each file's `crate::<module>` uses (tests aside) must be among its row's "may
+# depend on" modules, and the modules must form no cycle (tsort).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+src=plugin/src
+doc=docs/design.md
+rc=0
+graph=$(mktemp)
+trap 'rm -f "$graph"' EXIT
+
+# row_of FILE: the design.md table row whose first column names FILE (relative to $src)
+row_of() { grep -E "^\| [^|]*\`$1\`[^|]*\|" "$doc" | head -n1 || true; }
+
+while read -r file; do
+	rel=${file#"$src"/}
+	row=$(row_of "$rel")
+	if [[ -z $row ]]; then
+		echo "check-modules: $rel has no row in $doc's layout table" >&2
+		rc=1
+		continue
+	fi
+	[[ $rel == main.rs || $rel == lib.rs ]] && continue
+	allowed=$(awk -F'|' '{print $(NF-1)}' <<<"$row" | tr -cs 'a-z_' '\n')
+	module=${rel%%/*}
+	module=${module%.rs}
+	# Code before the first #[cfg(test)], without line comments.
+	uses=$(sed '/#\[cfg(test)\]/,$d' "$file" | grep -v '^[[:space:]]*//' |
+		grep -oE 'crate::[a-z_]+' | sed 's/^crate:://' | sort -u || true)
+	for dep in $uses; do
+		[[ $dep == "$module" ]] && continue
+		echo "$module $dep" >>"$graph"
+		if ! grep -qxF "$dep" <<<"$allowed"; then
+			echo "check-modules: $rel uses crate::$dep, which its row in $doc does not allow" >&2
+			rc=1
+		fi
+	done
+done < <(find "$src" -name '*.rs' -not -path '*/fixtures/*' | sort)
+
+if ! tsort "$graph" >/dev/null 2>&1; then
+	echo "check-modules: the modules of $src form a cycle:" >&2
+	tsort "$graph" 2>&1 >/dev/null | sed 's/^/  /' >&2
+	rc=1
+fi
+((rc == 0)) && echo "check-modules: $(grep -c '' "$graph") module dependencies, as $doc's table allows, no cycle"
+exit "$rc"
