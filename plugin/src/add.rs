@@ -283,22 +283,28 @@ async fn build(r: &Ready<'_>, undo: &mut UndoStack<Step>) -> Result<Value> {
 
     let gid_addr = match (&conf.slaac, events.as_mut()) {
         (Some(slaac_conf), Some(events)) => {
-            let source = slaac::rs_source(&pod.addresses6(child.index).await?);
-            slaac::solicit_router(&r.netns, child.index, &child.mac, source)?;
             let share = r.budget.share(slaac_conf.ra_timeout);
             let slaac_conf = SlaacConf {
                 ra_timeout: share.limit,
                 ..slaac_conf.clone()
             };
-            let found = slaac::wait(events, pod, child.index, &r.master.name, &slaac_conf)
-                .await
-                .map_err(|e| match e {
-                    Error::Slaac(msg) if share.cut => Error::Slaac(format!(
-                        "{msg} (the wait was cut to what was left of timeouts.totalMs {} ms)",
-                        r.conf.timeouts.total.as_millis()
-                    )),
-                    other => other,
-                })?;
+            let solicit = |src| slaac::solicit_router(&r.netns, child.index, &child.mac, src);
+            let found = slaac::wait(
+                events,
+                pod,
+                child.index,
+                &r.master.name,
+                &slaac_conf,
+                solicit,
+            )
+            .await
+            .map_err(|e| match e {
+                Error::Slaac(msg) if share.cut => Error::Slaac(format!(
+                    "{msg} (the wait was cut to what was left of timeouts.totalMs {} ms)",
+                    r.conf.timeouts.total.as_millis()
+                )),
+                other => other,
+            })?;
             let plan = routing::slaac_plan(
                 child.index,
                 found.network,

@@ -94,7 +94,12 @@ pub async fn check(env: &Env, conf: &NetConf) -> Result<()> {
         }
     }
 
-    for s in &conf.sysctls {
+    // On a SLAAC rail the router's advertisements may rewrite some of them (sysctl.rs).
+    for s in conf
+        .sysctls
+        .iter()
+        .filter(|s| conf.slaac.is_none() || !sysctl::router_may_set(s))
+    {
         let found = netns.run(|| sysctl::read(s))??;
         if found != s.value {
             return differs(format!(

@@ -72,6 +72,7 @@ struct RawIpv6 {
     prefix: Option<String>,
     dad: Option<String>,
     ra_timeout_ms: Option<u64>,
+    retrans_time_ms: Option<u64>,
 }
 
 /// A configuration that passed every check.
@@ -143,9 +144,20 @@ pub struct SlaacConf {
     pub prefix: Option<ipnetwork::Ipv6Network>,
     pub dad: DadMode,
     pub ra_timeout: Duration,
+    /// The child's neighbour retransmit timer until a router announces its own: the length of
+    /// each DAD probe (sysctl::slaac_defaults).
+    pub retrans_time: Duration,
 }
 
 pub const DEFAULT_RA_TIMEOUT: Duration = Duration::from_millis(10_000);
+
+/// Default `ipv6.retransTimeMs`. RFC 4861's 1 s RetransTimer is sized for any link; a rail's L2
+/// segment (the NIC, its switch port, the other pods' children) answers a neighbour
+/// solicitation in microseconds, so 100 ms leaves a margin of orders of magnitude for a
+/// duplicate to answer DAD while making each DAD a tenth as long.
+pub const DEFAULT_RETRANS_TIME: Duration = Duration::from_millis(100);
+/// The kernel waits at least 10 ms (HZ/100) per DAD probe whatever the timer says.
+const RETRANS_TIME_MS: std::ops::RangeInclusive<u64> = 10..=60_000;
 
 /// Reads just `cniVersion`, so that even a configuration refused later gets its error in the
 /// version the runtime asked for.
@@ -199,12 +211,21 @@ impl NetConf {
                 return bad(format!("\"mtu\": {mtu} is out of range 68..65535"));
             }
         }
+        let retrans_given = conf
+            .ipv6
+            .as_ref()
+            .is_some_and(|v6| v6.retrans_time_ms.is_some());
         let slaac = match conf.ipv6 {
             Some(v6) if v6.slaac.unwrap_or(false) => Some(slaac_conf(v6)?),
-            Some(v6) if v6.prefix.is_some() || v6.dad.is_some() || v6.ra_timeout_ms.is_some() => {
+            Some(v6)
+                if v6.prefix.is_some()
+                    || v6.dad.is_some()
+                    || v6.ra_timeout_ms.is_some()
+                    || v6.retrans_time_ms.is_some() =>
+            {
                 return bad(
-                    "\"ipv6\" sets prefix/dad/raTimeoutMs but not \"slaac\": true; \
-                     they only apply to SLAAC"
+                    "\"ipv6\" sets prefix/dad/raTimeoutMs/retransTimeMs but not \"slaac\": \
+                     true; they only apply to SLAAC"
                         .into(),
                 )
             }
@@ -245,7 +266,19 @@ impl NetConf {
         };
         defaults.extend(sysctl::announce_defaults());
         if let Some(slaac) = &slaac {
-            defaults.extend(sysctl::slaac_defaults(slaac.dad));
+            defaults.extend(sysctl::slaac_defaults(slaac.dad, slaac.retrans_time));
+            if retrans_given {
+                if let Some((key, _)) = conf
+                    .sysctl
+                    .iter()
+                    .find(|(k, _)| sysctl::is_retrans_timer(&k.replace("IFNAME", ifname), ifname))
+                {
+                    return bad(format!(
+                        "\"ipv6.retransTimeMs\" and the sysctl {key:?} both set the child's \
+                         neighbour retransmit timer: give only one of them"
+                    ));
+                }
+            }
         }
         // STATUS and GC carry no CNI_IFNAME: per-interface keys cannot be resolved then, and
         // neither command touches sysctls.
@@ -528,10 +561,22 @@ fn slaac_conf(v6: RawIpv6) -> Result<SlaacConf> {
         ))
         }
     };
+    let retrans = v6
+        .retrans_time_ms
+        .unwrap_or(DEFAULT_RETRANS_TIME.as_millis() as u64);
+    if !RETRANS_TIME_MS.contains(&retrans) {
+        return bad(format!(
+            "\"ipv6.retransTimeMs\" is {retrans}: expected {}..={} (the kernel waits at least \
+             10 ms per DAD probe)",
+            RETRANS_TIME_MS.start(),
+            RETRANS_TIME_MS.end()
+        ));
+    }
     Ok(SlaacConf {
         prefix,
         dad,
         ra_timeout: millis("ipv6.raTimeoutMs", v6.ra_timeout_ms, DEFAULT_RA_TIMEOUT)?,
+        retrans_time: Duration::from_millis(retrans),
     })
 }
 
@@ -806,6 +851,40 @@ mod tests {
         );
         let c = parse(&with("ipv6", json!({"slaac": false}))).unwrap();
         assert!(c.slaac.is_none());
+    }
+
+    #[test]
+    fn retrans_time_sets_the_childs_neighbour_timer() {
+        let retrans = |c: &NetConf| {
+            c.sysctls
+                .iter()
+                .find(|s| s.key == "net.ipv6.neigh.net1.retrans_time_ms")
+                .map(|s| s.value.clone())
+        };
+        let c = parse(&with("ipv6", json!({"slaac": true}))).unwrap();
+        assert_eq!(c.slaac.as_ref().unwrap().retrans_time, DEFAULT_RETRANS_TIME);
+        assert_eq!(retrans(&c).as_deref(), Some("100"));
+        let c = parse(&with("ipv6", json!({"slaac": true, "retransTimeMs": 250}))).unwrap();
+        assert_eq!(retrans(&c).as_deref(), Some("250"));
+        // The sysctl alone overrides the default, as any default.
+        let mut v = with("ipv6", json!({"slaac": true}));
+        v["sysctl"] = json!({"net.ipv6.neigh.IFNAME.retrans_time_ms": "1000"});
+        assert_eq!(retrans(&parse(&v).unwrap()).as_deref(), Some("1000"));
+        // Both: which one was meant is unclear.
+        v["ipv6"]["retransTimeMs"] = json!(200);
+        refused(v.clone(), 7, "give only one");
+        v["sysctl"] = json!({"net.ipv6.neigh.net1.retrans_time": "1"});
+        refused(v, 7, "give only one");
+        for bad in [0, 9, 60_001] {
+            refused(
+                with("ipv6", json!({"slaac": true, "retransTimeMs": bad})),
+                7,
+                "retransTimeMs",
+            );
+        }
+        refused(with("ipv6", json!({"retransTimeMs": 100})), 7, "slaac");
+        // Without SLAAC the kernel's timer stays.
+        assert_eq!(retrans(&parse(&base()).unwrap()), None);
     }
 
     #[test]

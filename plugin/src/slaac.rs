@@ -1,14 +1,20 @@
 //! IPv6 SLAAC on routed rails: make the router advertisement come promptly, then wait, driven
 //! by the kernel's address notifications, for the routable address.
 //!
-//! Without help the kernel sends its first router solicitation only after link-local DAD has
-//! finished (about 1 s, after a random delay of up to 1 s). The plugin sends one right after
-//! the link comes up. Its source is the link-local address when that is already usable
-//! (optimistic DAD, or DAD off): the router then answers by unicast at once. Otherwise it is the
-//! unspecified address (RFC 4861 §4.1 allows it while no address is usable; no source
-//! link-layer option then), and the router answers by multicast, which RFC 4861 paces to one
-//! per MIN_DELAY_BETWEEN_RAS (3 s) per interface. The kernel's own solicitation still follows
-//! once link-local DAD is done. RFC 4429 §3.2 allows an optimistic source without the option.
+//! The plugin sends a router solicitation as soon as the child's link-local address may be used:
+//! at link up with optimistic DAD or DAD off, once link-local DAD has passed with `dad: wait`
+//! (a short DAD: sysctl::slaac_defaults). From a usable link-local the router answers by
+//! unicast at once (RFC 7772; radvd's AdvRASolicitedUnicast, on by default). A solicitation
+//! from the unspecified address, the only one RFC 4861 §4.1 allows while the link-local is
+//! tentative, can only be answered by multicast, which RFC 4861 paces to one per
+//! MIN_DELAY_BETWEEN_RAS (3 s) per interface: so with `dad: wait` the plugin waits for the
+//! link-local rather than solicit from `::`. The source link-layer option goes with a
+//! link-local whose DAD is done (RFC 4861 §4.1 SHOULD) and not with an optimistic one (RFC 4429
+//! §3.2). The kernel also solicits once link-local DAD is done; the router answers both.
+//!
+//! DAD failures end the wait at once: the link-local stays with `dadfailed` (it is permanent),
+//! a SLAAC address whose DAD failed is deleted, and its deletion carries the flag
+//! (`addrconf_dad_stop`).
 
 use std::collections::BTreeMap;
 use std::net::Ipv6Addr;
@@ -40,17 +46,19 @@ pub enum Decision {
 
 /// Chooses the routable SLAAC address among the child's IPv6 addresses: global scope, not
 /// permanent (IPAM placeholders are), inside `prefix` when one is set. With `DadMode::Wait` it
-/// must also have left the tentative state; an address whose DAD failed is an error.
+/// must also have left the tentative state. A link-local or SLAAC address whose DAD failed is
+/// an error.
 pub fn decide(addrs: &[Addr6], conf: &SlaacConf) -> Decision {
+    if let Some(a) = addrs
+        .iter()
+        .find(|a| a.addr.is_unicast_link_local() && a.flags.contains(AddressFlags::Dadfailed))
+    {
+        return Decision::Failed(duplicate("the child's link-local address", a));
+    }
     let mut best: Option<&Addr6> = None;
     for a in addrs.iter().filter(|a| is_slaac_candidate(a, conf)) {
         if a.flags.contains(AddressFlags::Dadfailed) {
-            return Decision::Failed(format!(
-                "duplicate address detection failed for SLAAC address {}/{}: another node on the \
-                 rail uses the same address (IPvlan children share the rail's MAC; the kernel \
-                 derives their interface IDs from it and their dev_id)",
-                a.addr, a.prefix
-            ));
+            return Decision::Failed(duplicate("SLAAC address", a));
         }
         let usable = match conf.dad {
             DadMode::Wait => !a.flags.contains(AddressFlags::Tentative),
@@ -68,6 +76,19 @@ pub fn decide(addrs: &[Addr6], conf: &SlaacConf) -> Decision {
     }
 }
 
+fn duplicate(what: &str, a: &Addr6) -> String {
+    format!(
+        "duplicate address detection failed for {what} {}/{}: expected it to be unique on the \
+         rail, but another node answered for it (the kernel logs that node's MAC: dmesg | grep \
+         'duplicate address'). IPvlan children share the rail's MAC and the kernel derives their \
+         interface IDs from it and their dev_id, so a node or router on the rail has this \
+         address configured statically or clones this rail's MAC: remove the duplicate there, or \
+         give the child stable-privacy addresses (sysctl net.ipv6.conf.IFNAME.addr_gen_mode=3), \
+         which the kernel regenerates after a DAD failure",
+        a.addr, a.prefix
+    )
+}
+
 fn is_slaac_candidate(a: &Addr6, conf: &SlaacConf) -> bool {
     let global = !(a.addr.is_loopback()
         || a.addr.is_unspecified()
@@ -77,16 +98,28 @@ fn is_slaac_candidate(a: &Addr6, conf: &SlaacConf) -> bool {
     global && !a.flags.contains(AddressFlags::Permanent) && in_prefix
 }
 
+/// Where the plugin's router solicitation comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RsSource {
+    pub addr: Ipv6Addr,
+    /// Carry the source link-layer address option: only once DAD of `addr` is done.
+    pub with_lladdr: bool,
+}
+
 /// The source for the plugin's router solicitation: a link-local address that may already be
-/// used (DAD done or off, or optimistic), else `None` for `::`.
-pub fn rs_source(addrs: &[Addr6]) -> Option<Ipv6Addr> {
+/// used (DAD done or off, or optimistic), else `None` (wait for one).
+pub fn rs_source(addrs: &[Addr6]) -> Option<RsSource> {
     addrs
         .iter()
-        .filter(|a| a.addr.is_unicast_link_local())
+        .filter(|a| a.addr.is_unicast_link_local() && !a.flags.contains(AddressFlags::Dadfailed))
         .find(|a| {
             !a.flags.contains(AddressFlags::Tentative) || a.flags.contains(AddressFlags::Optimistic)
         })
-        .map(|a| a.addr)
+        .map(|a| RsSource {
+            addr: a.addr,
+            with_lladdr: !a.flags.contains(AddressFlags::Tentative)
+                && !a.flags.contains(AddressFlags::Optimistic),
+        })
 }
 
 /// What was seen when no usable address came: for the timeout message.
@@ -102,9 +135,24 @@ pub fn describe(addrs: &[Addr6], conf: &SlaacConf, router: Option<Ipv6Addr>) -> 
         list(&|a| is_slaac_candidate(a, conf) && a.flags.contains(AddressFlags::Tentative));
     if !tentative.is_empty() {
         return format!(
-            "SLAAC address {} is still tentative (DAD not finished); use \"dad\": \"optimistic\" \
-             for a faster safe path, or raise \"raTimeoutMs\"",
+            "SLAAC address {} is still tentative (DAD not finished); each DAD probe lasts the \
+             child's net.ipv6.neigh retrans_time_ms, \"ipv6.retransTimeMs\" until the rail \
+             router's advertisement sets its own Retrans Timer: lower the router's, use \
+             \"dad\": \"optimistic\" for a faster safe path, or raise \"raTimeoutMs\"",
             tentative.join(", ")
+        );
+    }
+    let link_local_tentative = list(&|a| {
+        a.addr.is_unicast_link_local()
+            && a.flags.contains(AddressFlags::Tentative)
+            && !a.flags.contains(AddressFlags::Optimistic)
+    });
+    if !link_local_tentative.is_empty() && router.is_none() {
+        return format!(
+            "the link-local address {} is still tentative (DAD not finished), so no router \
+             solicitation could be sent from it; check the child's dad_transmits and \
+             retrans_time_ms sysctls (\"ipv6.retransTimeMs\"), or raise \"raTimeoutMs\"",
+            link_local_tentative.join(", ")
         );
     }
     let filtered = list(&|a| {
@@ -137,21 +185,15 @@ pub fn describe(addrs: &[Addr6], conf: &SlaacConf, router: Option<Ipv6Addr>) -> 
     }
 }
 
-/// Sends one router solicitation on link `ifindex` of the namespace, from `src` (`::` if
-/// `None`).
-pub fn solicit_router(
-    netns: &Netns,
-    ifindex: u32,
-    mac: &[u8],
-    src: Option<Ipv6Addr>,
-) -> Result<()> {
+/// Sends one router solicitation on link `ifindex` of the namespace, from `src`.
+pub fn solicit_router(netns: &Netns, ifindex: u32, mac: &[u8], src: RsSource) -> Result<()> {
     let mac: [u8; 6] = mac.try_into().map_err(|_| {
         Error::Slaac(format!(
             "the child has a {}-byte link address, expected an Ethernet MAC",
             mac.len()
         ))
     })?;
-    let frame = router_solicitation(mac, src.unwrap_or(Ipv6Addr::UNSPECIFIED));
+    let frame = router_solicitation(mac, src.addr, src.with_lladdr);
     netns
         .run(|| send_frame(ifindex, &frame))?
         .map_err(|e| Error::io("cannot send a router solicitation", e))
@@ -160,12 +202,17 @@ pub fn solicit_router(
 const ETH_P_IPV6: u16 = 0x86dd;
 const ALL_ROUTERS: Ipv6Addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 2);
 
-/// An Ethernet frame carrying an ICMPv6 router solicitation from `src` to ff02::2, without a
-/// source link-layer option (RFC 4861 forbids it with the unspecified source, RFC 4429 with an
-/// optimistic one).
-pub fn router_solicitation(src_mac: [u8; 6], src: Ipv6Addr) -> Vec<u8> {
-    let icmp = [133u8, 0, 0, 0, 0, 0, 0, 0];
-    let mut f = Vec::with_capacity(62);
+/// An Ethernet frame carrying an ICMPv6 router solicitation from `src` to ff02::2, with the
+/// source link-layer address option when `with_lladdr` (RFC 4861 forbids it with the
+/// unspecified source, RFC 4429 with an optimistic one).
+pub fn router_solicitation(src_mac: [u8; 6], src: Ipv6Addr, with_lladdr: bool) -> Vec<u8> {
+    let mut icmp = vec![133u8, 0, 0, 0, 0, 0, 0, 0];
+    if with_lladdr {
+        // Type 1 (source link-layer address), length 1 (in units of 8 octets), the MAC.
+        icmp.extend_from_slice(&[1, 1]);
+        icmp.extend_from_slice(&src_mac);
+    }
+    let mut f = Vec::with_capacity(14 + 40 + icmp.len());
     f.extend_from_slice(&[0x33, 0x33, 0, 0, 0, 2]); // IPv6 multicast MAC of ff02::2
     f.extend_from_slice(&src_mac);
     f.extend_from_slice(&ETH_P_IPV6.to_be_bytes());
@@ -176,7 +223,6 @@ pub fn router_solicitation(src_mac: [u8; 6], src: Ipv6Addr) -> Vec<u8> {
     f.extend_from_slice(&src.octets());
     f.extend_from_slice(&ALL_ROUTERS.octets());
     let sum = icmpv6_checksum(src, ALL_ROUTERS, &icmp);
-    let mut icmp = icmp;
     icmp[2..4].copy_from_slice(&sum.to_be_bytes());
     f.extend_from_slice(&icmp);
     f
@@ -234,13 +280,15 @@ fn send_frame(ifindex: u32, frame: &[u8]) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Waits until `decide` finds the SLAAC address of link `index`, reacting to address events.
+/// Waits until `decide` finds the SLAAC address of link `index`, reacting to address events;
+/// calls `solicit` once, as soon as `rs_source` finds a usable link-local address.
 pub async fn wait(
     events: &mut AddrEvents,
     pod: &Netlink,
     index: u32,
     rail: &str,
     conf: &SlaacConf,
+    mut solicit: impl FnMut(RsSource) -> Result<()>,
 ) -> Result<SlaacAddr> {
     // The subscription was taken before this dump, so no change between the two is lost.
     let mut addrs: BTreeMap<Ipv6Addr, Addr6> = pod
@@ -250,8 +298,15 @@ pub async fn wait(
         .map(|a| (a.addr, a))
         .collect();
     let deadline = tokio::time::Instant::now() + conf.ra_timeout;
+    let mut solicited = false;
     loop {
         let now: Vec<Addr6> = addrs.values().copied().collect();
+        if !solicited {
+            if let Some(src) = rs_source(&now) {
+                solicit(src)?;
+                solicited = true;
+            }
+        }
         match decide(&now, conf) {
             Decision::Ready(network) => {
                 let router = pod.default_router6(index).await?;
@@ -265,7 +320,11 @@ pub async fn wait(
                 addrs.insert(a.addr, a);
             }
             Ok(Some(AddrEvent::Del(a))) if a.index == index => {
-                addrs.remove(&a.addr);
+                if a.flags.contains(AddressFlags::Dadfailed) {
+                    addrs.insert(a.addr, a);
+                } else {
+                    addrs.remove(&a.addr);
+                }
             }
             Ok(Some(_)) => {}
             Ok(None) => {
@@ -306,6 +365,7 @@ mod tests {
             prefix: prefix.map(|p| p.parse().unwrap()),
             dad,
             ra_timeout: Duration::from_secs(1),
+            retrans_time: Duration::from_millis(100),
         }
     }
 
@@ -406,7 +466,11 @@ mod tests {
 
     #[test]
     fn router_solicitation_frame_is_well_formed() {
-        let f = router_solicitation([0x52, 0x54, 0, 0x12, 0x34, 0x56], Ipv6Addr::UNSPECIFIED);
+        let f = router_solicitation(
+            [0x52, 0x54, 0, 0x12, 0x34, 0x56],
+            Ipv6Addr::UNSPECIFIED,
+            false,
+        );
         assert_eq!(f.len(), 14 + 40 + 8);
         assert_eq!(&f[0..6], &[0x33, 0x33, 0, 0, 0, 2]);
         assert_eq!(&f[12..14], &[0x86, 0xdd]);
@@ -418,6 +482,83 @@ mod tests {
         assert_eq!(
             icmpv6_checksum(Ipv6Addr::UNSPECIFIED, ALL_ROUTERS, &f[54..]),
             0
+        );
+    }
+
+    #[test]
+    fn solicitation_from_a_link_local_carries_the_mac() {
+        let mac = [0x52, 0x54, 0, 0x12, 0x34, 0x56];
+        let src: Ipv6Addr = "fe80::5254:1:12:3456".parse().unwrap();
+        let f = router_solicitation(mac, src, true);
+        assert_eq!(f.len(), 14 + 40 + 8 + 8);
+        assert_eq!(&f[18..20], &16u16.to_be_bytes(), "IPv6 payload length");
+        assert_eq!(&f[22..38], &src.octets());
+        assert_eq!(
+            &f[62..64],
+            &[1, 1],
+            "source link-layer address option, 8 octets"
+        );
+        assert_eq!(&f[64..70], &mac);
+        assert_eq!(icmpv6_checksum(src, ALL_ROUTERS, &f[54..]), 0);
+    }
+
+    #[test]
+    fn solicitation_waits_for_a_usable_link_local() {
+        let ll = "fe80::1";
+        let src = |flags| rs_source(&[a(ll, 64, AddressFlags::Permanent | flags)]);
+        // dad=wait: nothing while the link-local is tentative (no solicitation from ::).
+        assert_eq!(src(AddressFlags::Tentative), None);
+        assert_eq!(src(AddressFlags::Tentative | AddressFlags::Dadfailed), None);
+        // DAD done: with the link-layer option; optimistic: without (RFC 4429).
+        assert_eq!(
+            src(NONE),
+            Some(RsSource {
+                addr: ll.parse().unwrap(),
+                with_lladdr: true
+            })
+        );
+        assert_eq!(
+            src(AddressFlags::Tentative | AddressFlags::Optimistic),
+            Some(RsSource {
+                addr: ll.parse().unwrap(),
+                with_lladdr: false
+            })
+        );
+        // A global address is never the source.
+        assert_eq!(rs_source(&[a("2001:db8::1", 64, NONE)]), None);
+    }
+
+    #[test]
+    fn link_local_dad_failure_is_an_error_in_every_mode() {
+        let addrs = [a(
+            "fe80::5054:ff:fe00:1",
+            64,
+            AddressFlags::Permanent | AddressFlags::Tentative | AddressFlags::Dadfailed,
+        )];
+        for mode in [DadMode::Wait, DadMode::Optimistic, DadMode::Off] {
+            match decide(&addrs, &conf(mode, None)) {
+                Decision::Failed(m) => {
+                    assert!(
+                        m.contains("link-local address fe80::5054:ff:fe00:1/64"),
+                        "{m}"
+                    );
+                    assert!(m.contains("expected it to be unique"), "{m}");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        let why = describe(
+            &[a(
+                "fe80::1",
+                64,
+                AddressFlags::Permanent | AddressFlags::Tentative,
+            )],
+            &conf(DadMode::Wait, None),
+            None,
+        );
+        assert!(
+            why.contains("link-local address fe80::1/64 is still tentative"),
+            "{why}"
         );
     }
 

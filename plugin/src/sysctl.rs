@@ -71,10 +71,45 @@ pub enum DadMode {
     Off,
 }
 
+/// The child's IPv6 neighbour retransmit timer: the length of a DAD probe (`ipv6.retransTimeMs`).
+const RETRANS_TIME_MS: &str = "net.ipv6.neigh.IFNAME.retrans_time_ms";
+
+/// Whether `key` (IFNAME already replaced) sets the IPv6 neighbour retransmit timer of
+/// `ifname`, in milliseconds or in the older USER_HZ ticks.
+pub fn is_retrans_timer(key: &str, ifname: &str) -> bool {
+    key.strip_prefix(&format!("net.ipv6.neigh.{ifname}."))
+        .is_some_and(|leaf| leaf == "retrans_time_ms" || leaf == "retrans_time")
+}
+
+/// Whether a router advertisement may rewrite this sysctl of an interface that accepts them: the
+/// kernel takes the RA's Cur Hop Limit, MTU option, Reachable Time and Retrans Timer
+/// (`ndisc_router_discover`), as RFC 4861 6.3.4 asks. CHECK does not hold such a key to the
+/// value ADD wrote on a SLAAC rail.
+pub fn router_may_set(s: &Sysctl) -> bool {
+    let leaf = s.path.last().map(String::as_str).unwrap_or_default();
+    match (s.path[1].as_str(), s.path[2].as_str()) {
+        ("ipv6", "conf") => !s.pod_wide && matches!(leaf, "hop_limit" | "mtu"),
+        ("ipv6", "neigh") => matches!(
+            leaf,
+            "retrans_time_ms" | "retrans_time" | "base_reachable_time_ms" | "base_reachable_time"
+        ),
+        _ => false,
+    }
+}
+
 /// Per-interface IPv6 settings for SLAAC. IPv6 is enabled on this interface only, even when the
 /// pod has `all`/`default.disable_ipv6=1`, and enabled last: turning it on starts link-local
 /// DAD, which should already run with the DAD settings below.
-pub fn slaac_defaults(dad: DadMode) -> Vec<(String, String)> {
+///
+/// DAD of an address is one neighbour solicitation (`dad_transmits`) and a wait of the
+/// neighbour retransmit timer, after a random delay drawn from `router_solicitation_delay`
+/// (`addrconf_dad_kick`). With both short, the link-local is usable within `retrans`; the
+/// router solicitation sent from it then gets a unicast advertisement at once (slaac.rs), and
+/// the SLAAC address's DAD takes `retrans` again. A router advertisement with a Retrans Timer
+/// replaces `retrans` from then on (RFC 4861 6.3.4, `ndisc_router_discover`): the router's
+/// value wins for the SLAAC address.
+pub fn slaac_defaults(dad: DadMode, retrans: std::time::Duration) -> Vec<(String, String)> {
+    let retrans = retrans.as_millis().to_string();
     let mut v = vec![
         // 2: accept router advertisements even if the pod forwards.
         ("net.ipv6.conf.IFNAME.accept_ra", "2"),
@@ -87,6 +122,7 @@ pub fn slaac_defaults(dad: DadMode) -> Vec<(String, String)> {
         ("net.ipv6.conf.IFNAME.ra_defrtr_metric", "10000"),
         // No random 0-1 s delay before DAD starts (the kernel draws it from this value).
         ("net.ipv6.conf.IFNAME.router_solicitation_delay", "0"),
+        (RETRANS_TIME_MS, retrans.as_str()),
     ];
     match dad {
         DadMode::Wait => {}
@@ -389,6 +425,54 @@ mod tests {
             ("net.ipv4.conf.net1.arp_ignore".to_string(), "1".to_string()),
         ];
         assert_eq!(resolve(vec![], &dup, "net1").unwrap_err().code(), 7);
+    }
+
+    #[test]
+    fn slaac_defaults_set_a_short_dad_before_ipv6_goes_on() {
+        use std::time::Duration;
+        let all = resolve(
+            slaac_defaults(DadMode::Wait, Duration::from_millis(100)),
+            &[],
+            "net1",
+        )
+        .unwrap();
+        let at = |k: &str| all.iter().position(|s| s.key == k).unwrap();
+        let retrans = at("net.ipv6.neigh.net1.retrans_time_ms");
+        assert_eq!(all[retrans].value, "100");
+        assert_eq!(
+            all[at("net.ipv6.conf.net1.router_solicitation_delay")].value,
+            "0"
+        );
+        // Both must be in place before IPv6 goes on and link-local DAD starts.
+        assert!(retrans < at("net.ipv6.conf.net1.disable_ipv6"));
+        assert_eq!(all.last().unwrap().key, "net.ipv6.conf.net1.disable_ipv6");
+        assert!(all.iter().all(|s| !s.pod_wide));
+    }
+
+    #[test]
+    fn keys_a_router_advertisement_rewrites() {
+        let v = |k: &str| validate(k, "1", "net1").unwrap();
+        assert!(router_may_set(&v("net.ipv6.neigh.IFNAME.retrans_time_ms")));
+        assert!(router_may_set(&v(
+            "net.ipv6.neigh.IFNAME.base_reachable_time_ms"
+        )));
+        assert!(router_may_set(&v("net.ipv6.conf.IFNAME.hop_limit")));
+        assert!(!router_may_set(&v("net.ipv6.conf.all.hop_limit")));
+        assert!(!router_may_set(&v("net.ipv6.conf.IFNAME.accept_ra")));
+        assert!(!router_may_set(&v("net.ipv4.neigh.IFNAME.retrans_time_ms")));
+        assert!(is_retrans_timer(
+            "net.ipv6.neigh.net1.retrans_time_ms",
+            "net1"
+        ));
+        assert!(is_retrans_timer("net.ipv6.neigh.net1.retrans_time", "net1"));
+        assert!(!is_retrans_timer(
+            "net.ipv6.neigh.net1.retrans_time_msx",
+            "net1"
+        ));
+        assert!(!is_retrans_timer(
+            "net.ipv4.neigh.net1.retrans_time_ms",
+            "net1"
+        ));
     }
 
     #[test]

@@ -3,7 +3,8 @@
 # the child gets its routable address by SLAAC. The router of rail N runs radvd in netns rtrN on
 # peerN, the second NIC on rail N's QEMU hub (the rail's L2 segment).
 
-# start_router N PREFIX...: (re)start rail N's router announcing PREFIXes
+# start_router N PREFIX...: (re)start rail N's router announcing PREFIXes; RADVD_OPTS adds
+# interface options (e.g. "AdvRetransTimer 1000;")
 start_router() {
 	local n=$1 p conf=/tmp/radvd-$1.conf
 	shift
@@ -17,7 +18,7 @@ start_router() {
 	ip -n "rtr$n" link set "peer$n" up
 	{
 		echo "interface peer$n {"
-		echo "  AdvSendAdvert on; MinRtrAdvInterval 3; MaxRtrAdvInterval 10; AdvDefaultLifetime 1800;"
+		echo "  AdvSendAdvert on; MinRtrAdvInterval 3; MaxRtrAdvInterval 10; AdvDefaultLifetime 1800; ${RADVD_OPTS:-}"
 		for p in "$@"; do echo "  prefix $p { AdvOnLink on; AdvAutonomous on; };"; done
 		echo "};"
 	} >"$conf"
@@ -213,10 +214,103 @@ test_ipv6_dad_modes() {
 		verify_slaac "$pod" net1 rdma3 2001:db8:4::/64 "/tmp/$pod.result" >/dev/null
 		note "dad=$mode: ADD returned after $((t1 - t0)) ms; address flags now: $(in_pod "$pod" ip -6 -o addr show dev net1 scope global | awk '{print $4, $5, $6, $7}' | tr '\n' ';')"
 		case $mode in
-		wait) assert_no_match "$(in_pod "$pod" ip -6 -o addr show dev net1 scope global)" tentative "no tentative address after dad=wait" ;;
+		wait)
+			assert_no_match "$(in_pod "$pod" ip -6 -o addr show dev net1)" tentative "no tentative address (global or link-local) after dad=wait"
+			# radvd leaves the RA's Retrans Timer unspecified: the plugin's DAD pace stays.
+			assert_eq "$(in_pod "$pod" cat /proc/sys/net/ipv6/neigh/net1/retrans_time_ms)" 100 "retrans_time_ms with the default ipv6.retransTimeMs"
+			;;
 		off) assert_eq "$(in_pod "$pod" cat /proc/sys/net/ipv6/conf/net1/accept_dad)" 0 "accept_dad with dad=off" ;;
 		optimistic) assert_eq "$(in_pod "$pod" cat /proc/sys/net/ipv6/conf/net1/optimistic_dad)" 1 "optimistic_dad" ;;
 		esac
 		assert_ok cni_exec DEL "/tmp/$pod.conf" "/run/netns/$pod" net1 "$pod"
 	done
+}
+
+# next_child_addrs RAIL PREFIX: the link-local and the SLAAC address (in PREFIX, a /64) that the
+# next IPvlan child of RAIL will get, as "LL GLOBAL". ipvlan numbers a rail's children (dev_id)
+# from a counter that only grows (until it wraps at 0xFFFE); with addr_gen_mode 0 (eui64, the
+# default) the kernel puts dev_id where EUI-64 has ff:fe and leaves the universal/local bit
+# alone (addrconf_ifid_eui48). A probe child (v6probe, down in the host namespace) reads the
+# counter; it must stay until the next child exists: a rail's last child takes the counter with
+# it, and the next one starts again at 1. Delete it with `ip link del v6probe` after the ADD.
+next_child_addrs() {
+	local rail=$1 prefix=$2 id
+	ip link del v6probe 2>/dev/null || true
+	ip link add link "$rail" name v6probe type ipvlan mode l2
+	id=$(cat /sys/class/net/v6probe/dev_id)
+	python3 - "$(cat "/sys/class/net/$rail/address")" "$id" "$prefix" <<'EOF'
+import ipaddress, sys
+m = [int(x, 16) for x in sys.argv[1].split(":")]
+d = int(sys.argv[2], 16) + 1
+iid = int.from_bytes(bytes(m[:3] + [d >> 8, d & 0xFF] + m[3:]), "big")
+net = ipaddress.ip_network(sys.argv[3])
+print(ipaddress.ip_address(int(ipaddress.ip_address("fe80::")) + iid), net[iid])
+EOF
+}
+
+# Duplicate address detection still runs with the short DAD of dad=wait: a node on the rail (the
+# router side here) that holds the child's link-local or SLAAC address makes ADD fail with 109,
+# saying which address and what to do. A control ADD first shows the predicted addresses are the
+# child's, so each failure comes from the duplicate alone.
+test_ipv6_duplicate_address_fails_109() {
+	require_plugin
+	local ll glob t0 t1
+	start_router 2 2001:db8:3::/64
+	new_v6off_pod dup
+	slaac_conf /tmp/dup.conf v6dup rdma2
+	read -r ll glob <<<"$(next_child_addrs rdma2 2001:db8:3::/64)"
+	t0=$(now_ms)
+	assert_ok cni_exec ADD /tmp/dup.conf /run/netns/dup net1 dup
+	t1=$(now_ms)
+	ip link del v6probe
+	assert_eq "$(jq -r '.ips[0].address' <<<"$OUT")" "$glob/64" "SLAAC address as predicted"
+	assert_match "$(in_pod dup ip -6 -o addr show dev net1 scope link)" "inet6 $ll/64 scope link" "link-local as predicted"
+	note "control: $ll and $glob on net1, ADD took $((t1 - t0)) ms"
+	assert_ok cni_exec DEL /tmp/dup.conf /run/netns/dup net1 dup
+
+	read -r ll glob <<<"$(next_child_addrs rdma2 2001:db8:3::/64)"
+	ip -n rtr2 addr add "$ll/64" dev peer2 nodad
+	assert_fails cni_exec ADD /tmp/dup.conf /run/netns/dup net1 dup
+	ip link del v6probe
+	assert_eq "$(jq -r .code <<<"$OUT")" 109 "error code for a duplicate link-local (stdout: $OUT)"
+	assert_match "$OUT" "link-local address $ll" "message names the link-local address"
+	assert_match "$OUT" "duplicate address detection failed" "message says DAD failed"
+	assert_match "$OUT" "expected" "message says what was expected"
+	assert_eq "$(in_pod dup ip -o link show | awk -F': ' '{print $2}' | tr '\n' ' ')" "lo " "links left after the link-local duplicate"
+	ip -n rtr2 addr del "$ll/64" dev peer2
+
+	read -r ll glob <<<"$(next_child_addrs rdma2 2001:db8:3::/64)"
+	ip -n rtr2 addr add "$glob/64" dev peer2 nodad
+	assert_fails cni_exec ADD /tmp/dup.conf /run/netns/dup net1 dup
+	ip link del v6probe
+	assert_eq "$(jq -r .code <<<"$OUT")" 109 "error code for a duplicate SLAAC address (stdout: $OUT)"
+	assert_match "$OUT" "SLAAC address $glob/64" "message names the SLAAC address"
+	assert_match "$OUT" "duplicate address detection failed" "message says DAD failed"
+	assert_eq "$(in_pod dup ip -o link show | awk -F': ' '{print $2}' | tr '\n' ' ')" "lo " "links left after the SLAAC duplicate"
+	assert_eq "$(in_pod dup ip -6 rule show | grep -c 'lookup 1[0-9][0-9][0-9][0-9]' || true)" 0 "rules left"
+	ip -n rtr2 addr del "$glob/64" dev peer2
+}
+
+# A router that announces its own Retrans Timer: the kernel adopts it (RFC 4861 6.3.4) for the
+# child when the RA arrives, after link-local DAD ran at the plugin's pace, so the SLAAC
+# address's DAD takes the router's time. ADD still waits for it, and CHECK accepts the
+# router's value.
+test_ipv6_router_retrans_timer_wins() {
+	require_plugin
+	local t0 t1
+	RADVD_OPTS="AdvRetransTimer 700;" start_router 3 2001:db8:4::/64
+	new_v6off_pod rt
+	slaac_conf /tmp/rt.conf v6rt rdma3
+	t0=$(now_ms)
+	assert_ok cni_exec ADD /tmp/rt.conf /run/netns/rt net1 rt
+	t1=$(now_ms)
+	echo "$OUT" >/tmp/rt.result
+	verify_slaac rt net1 rdma3 2001:db8:4::/64 /tmp/rt.result >/dev/null
+	assert_no_match "$(in_pod rt ip -6 -o addr show dev net1)" tentative "no tentative address after dad=wait"
+	assert_eq "$(in_pod rt cat /proc/sys/net/ipv6/neigh/net1/retrans_time_ms)" 700 "retrans_time_ms after the router's RA"
+	note "router Retrans Timer 700 ms: ADD took $((t1 - t0)) ms"
+	jq --slurpfile r /tmp/rt.result '. + {prevResult: $r[0]}' /tmp/rt.conf >/tmp/rt.prev
+	assert_ok cni_exec CHECK /tmp/rt.prev /run/netns/rt net1 rt
+	assert_ok cni_exec DEL /tmp/rt.prev /run/netns/rt net1 rt
+	start_router 3 2001:db8:4::/64
 }
