@@ -13,7 +13,8 @@
 #   make vm-ofed   the OFED-view suite (tests/vm/suite/12-ofed.sh) in a VM whose RDMA core hides
 #                  other namespaces' GIDs as DOCA-OFED's does (VM_RDMA=ofed; the modules are built
 #                  once and cached, tests/vm/ofed/build.sh)
-#   make vm-traffic-ofed  the fix between pods on two nodes on the OFED view of the 7.x kernel
+#   make vm-traffic-ofed  the fix between pods on two nodes on the OFED view of the 7.x kernel,
+#                  and UCX failing in pods without an attachment there, passing once attached
 #   make test      lint + unit + validate-manifests + image-test + vm-test + vm-ofed + vm-traffic
 #                  + vm-traffic-ofed
 #                  (what CI runs)

@@ -100,12 +100,25 @@ attach() {
 # flat_pods EXTRA_JSON: pod A and pod B on rails 0..3 in 10.20.0.0/16 (host-local, one range
 # per node, A100 layout); sets ADDR_A[n], ADDR_B[n]
 flat_pods() {
-	local extra=${1:-{\}} n node pod range
 	node_b_flat
-	for node in A B; do
-		pod=pod$node
+	flat_new_pods
+	flat_attach "${1:-{\}}"
+}
+
+# flat_new_pods: pod A and pod B, no IPv6 of their own, not attached to anything yet
+flat_new_pods() {
+	local pod
+	for pod in podA podB; do
 		new_pod "$pod"
 		in_pod "$pod" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
+	done
+}
+
+# flat_attach EXTRA_JSON: the ADDs of flat_pods, for pods that exist (node_b_flat, flat_new_pods)
+flat_attach() {
+	local extra=$1 n node pod range
+	for node in A B; do
+		pod=pod$node
 		[[ $node == A ]] && range=1 || range=2
 		jq -n --arg dir "/var/lib/cni/node$node" --arg s "10.20.$range.1" --arg e "10.20.$range.254" \
 			--argjson extra "$extra" \
@@ -471,10 +484,12 @@ rxe_sent() { rdma statistic show link "$1/1" | grep -oE 'sent_pkts [0-9]+' | awk
 #   env    started through `roce-ipvlan env --exec` (the pods' own settings)
 #   alone  only UCX_NET_DEVICES=<the pod's rxe>:1, no GID setting: UCX picks the GID itself
 #   forced UCX_NET_DEVICES and UCX_IB_GID_INDEX=$FORCE_A (pod A) / $FORCE_B (pod B)
-# Sets PT_RC (client), PT_SRV_RC, PT_OUT (client stdout+stderr), PT_SENT (packets pod A's rxe
-# sent), PT_GID (the GID index UCX chose by itself in pod A, from its debug log; "" if none).
+# The pods' RDMA devices are PT_DEV_A and PT_DEV_B (default: their own rxe, rxeA0p and rxeB0p).
+# Sets PT_RC (client), PT_SRV_RC, PT_OUT (client stdout+stderr), PT_SENT (packets pod A's
+# device sent), PT_GID (the GID index UCX chose by itself in pod A, from its debug log; "" if
+# none).
 ucx_perftest_pair() {
-	local name=$1 mode=$2 srv s0 pre_a pre_b
+	local name=$1 mode=$2 srv s0 pre_a pre_b dev_a=${PT_DEV_A:-rxeA0p} dev_b=${PT_DEV_B:-rxeB0p}
 	shift 2
 	case $mode in
 	env)
@@ -482,15 +497,15 @@ ucx_perftest_pair() {
 		pre_b=("$CNI_BIN_DIR/roce-ipvlan" env --exec --)
 		;;
 	alone)
-		pre_a=(env UCX_NET_DEVICES=rxeA0p:1 UCX_LOG_LEVEL=debug)
-		pre_b=(env UCX_NET_DEVICES=rxeB0p:1)
+		pre_a=(env UCX_NET_DEVICES="$dev_a:1" UCX_LOG_LEVEL=debug)
+		pre_b=(env UCX_NET_DEVICES="$dev_b:1")
 		;;
 	forced)
-		pre_a=(env UCX_NET_DEVICES=rxeA0p:1 UCX_IB_GID_INDEX="$FORCE_A")
-		pre_b=(env UCX_NET_DEVICES=rxeB0p:1 UCX_IB_GID_INDEX="$FORCE_B")
+		pre_a=(env UCX_NET_DEVICES="$dev_a:1" UCX_IB_GID_INDEX="$FORCE_A")
+		pre_b=(env UCX_NET_DEVICES="$dev_b:1" UCX_IB_GID_INDEX="$FORCE_B")
 		;;
 	esac
-	s0=$(rxe_sent rxeA0p)
+	s0=$(rxe_sent "$dev_a")
 	in_pod podB env "${UCX_JOB[@]}" timeout 90 "${pre_b[@]}" ucx_perftest -p "$UCX_PORT" >"/tmp/ucx-srv-$name.log" 2>&1 &
 	srv=$!
 	sleep 2 # the server listens on its out-of-band TCP port
@@ -500,8 +515,8 @@ ucx_perftest_pair() {
 	# A client that failed leaves the server waiting for it.
 	((PT_RC == 0)) || kill "$srv" 2>/dev/null || true
 	wait "$srv" || PT_SRV_RC=$?
-	PT_SENT=$(($(rxe_sent rxeA0p) - s0))
-	PT_GID=$(grep -oE 'rxeA0p:1 using gid_index [0-9]+' "/tmp/ucx-cli-$name.log" | awk '{print $NF}' | head -n 1 || true)
+	PT_SENT=$(($(rxe_sent "$dev_a") - s0))
+	PT_GID=$(grep -oE "$dev_a:1 using gid_index [0-9]+" "/tmp/ucx-cli-$name.log" | awk '{print $NF}' | head -n 1 || true)
 	PT_OUT=$(grep -vE '^\[[0-9.]+\] .* (DEBUG|TRACE) ' "/tmp/ucx-cli-$name.log" | grep -vE '^\|' | tail -n 12)
 }
 

@@ -1,7 +1,9 @@
 # shellcheck shell=bash
-# The fix, on the OFED view of the 7.x traffic kernel (issue #15 case 2; docs/testing.md "The
-# OFED view", docs/traffic.md): two pods on the two emulated nodes, attached to every rail by
-# roce-ipvlan (90-traffic.sh's flat_pods), and for each rail
+# On the OFED view of the 7.x traffic kernel (docs/testing.md "The OFED view", docs/traffic.md):
+# the fix (issue #15 case 2, test_traffic_ofed_fix_between_nodes) and UCX without and with an
+# attachment (issue #17 case 3, test_traffic_ofed_ucx_pod_without_attachment, below).
+# The fix: two pods on the two emulated nodes, attached to every rail by roce-ipvlan
+# (90-traffic.sh's flat_pods), and for each rail
 #   (a) the child's GID is in the pod's sysfs at the index ADD reported, on the rail's RDMA
 #       device, RoCE v2; a host GID of the rail reads zero there and its type fails with EINVAL;
 #   (b) the rail's device takes the child's GID for an RC QP: ib_write_bw between the pods on
@@ -117,4 +119,61 @@ test_traffic_ofed_fix_between_nodes() {
 		r=$(write_bw "$n")
 		note "$r"
 	done
+}
+
+# Issue #17 case 3, the field report's UCX failure: on the OFED view UCX in a pod without an
+# attachment fails on the rail's RDMA device, and once roce-ipvlan attached the same pods, UCX
+# through `env --exec` passes. Pods A and B on the two nodes, first with no netdev on any rail,
+# only the emulated pod network (oob_link) for ucx_perftest's out-of-band exchange; the rail has
+# a host address on each node (10.40.0.1 and .2), as on the report's hosts. UCX (UCX_JOB,
+# UCX_NET_DEVICES=the rail's device in each pod, no GID setting) fails on both sides with the
+# report's "Address not valid", at the step UCX 1.13 reaches here (docs/traffic.md#ucx): every
+# GID's type reads EINVAL, every candidate fails UCX's ibv_create_ah test, UCX falls back to
+# GID index 0, and the first UD connect's ibv_create_ah fails with ENODEV. Then the pods are
+# attached to rail 0 and ucx_perftest runs through env --exec (over the pods' own rxe, as in
+# 90-traffic.sh's UCX tests). On the upstream view the unattached pods use the hosts' GIDs and
+# UCX passes, so the first half fails there.
+# shellcheck disable=SC2034 # POD_RAILS, GA, GB, OOB_B, PT_DEV_*: read by 90-traffic.sh's helpers
+test_traffic_ofed_ucx_pod_without_attachment() {
+	require_plugin
+	trap ofed_traffic_cleanup EXIT
+	local -a ADDR_A ADDR_B POD_RAILS=(0)
+	local GA GB OOB_B dev hidx PT_DEV_A PT_DEV_B cli srv
+	assert_match "$(rdma system)" "netns shared" "RDMA netns mode"
+	node_b_flat
+	flat_new_pods
+	oob_link
+	dev=$(rail_rdma_dev rdma0)
+	ip addr add 10.40.0.1/24 dev rdma0
+	HOST_ADDRS+=("10.40.0.1/24 dev rdma0")
+	ip -n nodeB addr add 10.40.0.2/24 dev rdma0 # goes with nodeB's rdma0 at cleanup
+	hidx=$(host_gid_index "$dev" 10.40.0.1 rdma0)
+	for _ in $(seq 100); do
+		ip netns exec nodeB grep -qlx "$(gid_of_ipv4 10.40.0.2)" /sys/class/infiniband/rxeB0/ports/1/gids/* && break
+		sleep 0.1
+	done
+
+	PT_DEV_A=$dev PT_DEV_B=rxeB0
+	ucx_perftest_pair ofed-bare alone "${UCX_ARGS[@]}"
+	cli=$(grep -E 'UCX +(ERROR|DIAG)' /tmp/ucx-cli-ofed-bare.log || true)
+	srv=$(grep -E 'UCX +(ERROR|DIAG)' /tmp/ucx-srv-ofed-bare.log || true)
+	note "UCX without an attachment, pod A on $dev (host GID at $hidx), pod B on rxeB0: exit $PT_RC / $PT_SRV_RC; pod A's UCX took GID index '$PT_GID'; $dev sent $PT_SENT packets"
+	note "client: $(sed -E 's/^\[[^]]*\] \[[^]]*\] +//' <<<"$cli" | tr -s ' \n' ' ')"
+	note "server: $(sed -E 's/^\[[^]]*\] \[[^]]*\] +//' <<<"$srv" | tr -s ' \n' ' ')"
+	((PT_RC != 0 && PT_SRV_RC != 0)) || fail "UCX without an attachment on $dev exited $PT_RC (server $PT_SRV_RC), expected both to fail: the OFED view's GID check did not stop it"
+	assert_match "$cli" "failed to read /sys/class/infiniband/$dev/ports/1/gid_attrs/ndevs/0: Invalid argument" "pod A's UCX reading the GID's netdev"
+	assert_eq "$PT_GID" 0 "GID index pod A's UCX fell back to (no candidate passed its create_ah test; the host's is $hidx)"
+	assert_match "$cli" "ibv_create_ah\([^)]* sgid_index=0 [^)]*\) for UD verbs connect on $dev failed: No such device" "pod A's UCX connecting"
+	assert_match "$cli" "ucp_ep_create\(\) failed: Address not valid" "pod A's UCX endpoint"
+	assert_match "$cli" "Failed to run test: Address not valid" "pod A's ucx_perftest"
+	assert_match "$srv" "ibv_create_ah\([^)]* sgid_index=0 [^)]*\) for UD verbs connect on rxeB0 failed: No such device" "pod B's UCX connecting"
+	assert_match "$srv" "Failed to run test: Address not valid" "pod B's ucx_perftest"
+	assert_eq "$PT_SENT" 0 "packets $dev sent for pod A's UCX"
+
+	# The same pods, attached to rail 0 by roce-ipvlan
+	flat_attach '{}'
+	PT_DEV_A="" PT_DEV_B=""
+	ucx_pods_ready
+	ucx_perftest_pair ofed-env env "${UCX_ARGS[@]}"
+	ucx_passes "OFED view, the pods attached by roce-ipvlan, through env --exec"
 }
