@@ -27,7 +27,7 @@
 #   make demo      on the OFED view: a pod without attachments reads zero GIDs; attached to 4
 #                  Soft-RoCE rails it reads its own at the reported indexes; detach
 #   make demo-traffic  one ib_write_bw between pods on two emulated nodes over a rail
-#   make bench     release build, then roce-ipvlan vs the ipvlan+tuning+sbr chain in a 16-rail VM;
+#   make bench     static build (make static), then roce-ipvlan vs the ipvlan+tuning+sbr chain in a 16-rail VM;
 #                  rewrites docs/benchmarks.md and docs/bench/ (bench/run.sh); not part of `make test`
 #   make deps      apt-get install what is missing from tests/vm/packages.txt (needs root)
 #   make fuzz      cargo fuzz over config/prevResult parsing and the name validators,
