@@ -268,27 +268,29 @@ test_ipv6_duplicate_address_fails_109() {
 	note "control: $ll and $glob on net1, ADD took $((t1 - t0)) ms"
 	assert_ok cni_exec DEL /tmp/dup.conf /run/netns/dup net1 dup
 
+	dup_case link-local "link-local address %s"
+	dup_case SLAAC "SLAAC address %s/64"
+	assert_eq "$(in_pod dup ip -6 rule show | grep -c 'lookup 1[0-9][0-9][0-9][0-9]' || true)" 0 "rules left"
+}
+
+# dup_case link-local|SLAAC MESSAGE_FORMAT: the next child's address of that kind on the router
+# side of rail 2; ADD into pod dup fails with 109, the message (MESSAGE_FORMAT with the address)
+# says DAD failed, and nothing is left in the pod
+dup_case() {
+	local kind=$1 ll glob addr
 	read -r ll glob <<<"$(next_child_addrs rdma2 2001:db8:3::/64)"
-	ip -n rtr2 addr add "$ll/64" dev peer2 nodad
+	addr=$glob
+	[[ $kind == link-local ]] && addr=$ll
+	ip -n rtr2 addr add "$addr/64" dev peer2 nodad
 	assert_fails cni_exec ADD /tmp/dup.conf /run/netns/dup net1 dup
 	ip link del v6probe
-	assert_eq "$(jq -r .code <<<"$OUT")" 109 "error code for a duplicate link-local (stdout: $OUT)"
-	assert_match "$OUT" "link-local address $ll" "message names the link-local address"
+	assert_eq "$(jq -r .code <<<"$OUT")" 109 "error code for a duplicate $kind address (stdout: $OUT)"
+	# shellcheck disable=SC2059 # the format is the caller's, with one %s
+	assert_match "$OUT" "$(printf "$2" "$addr")" "message names the $kind address"
 	assert_match "$OUT" "duplicate address detection failed" "message says DAD failed"
 	assert_match "$OUT" "expected" "message says what was expected"
-	assert_eq "$(in_pod dup ip -o link show | awk -F': ' '{print $2}' | tr '\n' ' ')" "lo " "links left after the link-local duplicate"
-	ip -n rtr2 addr del "$ll/64" dev peer2
-
-	read -r ll glob <<<"$(next_child_addrs rdma2 2001:db8:3::/64)"
-	ip -n rtr2 addr add "$glob/64" dev peer2 nodad
-	assert_fails cni_exec ADD /tmp/dup.conf /run/netns/dup net1 dup
-	ip link del v6probe
-	assert_eq "$(jq -r .code <<<"$OUT")" 109 "error code for a duplicate SLAAC address (stdout: $OUT)"
-	assert_match "$OUT" "SLAAC address $glob/64" "message names the SLAAC address"
-	assert_match "$OUT" "duplicate address detection failed" "message says DAD failed"
-	assert_eq "$(in_pod dup ip -o link show | awk -F': ' '{print $2}' | tr '\n' ' ')" "lo " "links left after the SLAAC duplicate"
-	assert_eq "$(in_pod dup ip -6 rule show | grep -c 'lookup 1[0-9][0-9][0-9][0-9]' || true)" 0 "rules left"
-	ip -n rtr2 addr del "$glob/64" dev peer2
+	assert_eq "$(in_pod dup ip -o link show | awk -F': ' '{print $2}' | tr '\n' ' ')" "lo " "links left after the $kind duplicate"
+	ip -n rtr2 addr del "$addr/64" dev peer2
 }
 
 # A router that announces its own Retrans Timer: the kernel adopts it (RFC 4861 6.3.4) for the
