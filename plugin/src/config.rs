@@ -526,10 +526,23 @@ fn timeouts(raw: Option<RawTimeouts>) -> Result<Timeouts> {
 
 /// A time limit in milliseconds, `default` when absent: 1 ms to MAX_GID_TIMEOUT_MS.
 fn millis(key: &str, value: Option<u64>, default: Duration) -> Result<Duration> {
+    millis_in(key, value, default, 1..=MAX_GID_TIMEOUT_MS, "milliseconds")
+}
+
+/// A duration in milliseconds, `default` when absent, refused outside `range` with `why`.
+fn millis_in(
+    key: &str,
+    value: Option<u64>,
+    default: Duration,
+    range: std::ops::RangeInclusive<u64>,
+    why: &str,
+) -> Result<Duration> {
     let ms = value.unwrap_or(default.as_millis() as u64);
-    if ms == 0 || ms > MAX_GID_TIMEOUT_MS {
+    if !range.contains(&ms) {
         return Err(Error::InvalidConfig(format!(
-            "\"{key}\" is {ms}: expected 1..={MAX_GID_TIMEOUT_MS} (milliseconds)"
+            "\"{key}\" is {ms}: expected {}..={} ({why})",
+            range.start(),
+            range.end()
         )));
     }
     Ok(Duration::from_millis(ms))
@@ -561,22 +574,17 @@ fn slaac_conf(v6: RawIpv6) -> Result<SlaacConf> {
         ))
         }
     };
-    let retrans = v6
-        .retrans_time_ms
-        .unwrap_or(DEFAULT_RETRANS_TIME.as_millis() as u64);
-    if !RETRANS_TIME_MS.contains(&retrans) {
-        return bad(format!(
-            "\"ipv6.retransTimeMs\" is {retrans}: expected {}..={} (the kernel waits at least \
-             10 ms per DAD probe)",
-            RETRANS_TIME_MS.start(),
-            RETRANS_TIME_MS.end()
-        ));
-    }
     Ok(SlaacConf {
         prefix,
         dad,
         ra_timeout: millis("ipv6.raTimeoutMs", v6.ra_timeout_ms, DEFAULT_RA_TIMEOUT)?,
-        retrans_time: Duration::from_millis(retrans),
+        retrans_time: millis_in(
+            "ipv6.retransTimeMs",
+            v6.retrans_time_ms,
+            DEFAULT_RETRANS_TIME,
+            RETRANS_TIME_MS,
+            "the kernel waits at least 10 ms per DAD probe",
+        )?,
     })
 }
 

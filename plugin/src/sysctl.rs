@@ -78,8 +78,11 @@ const RETRANS_TIME_MS: &str = "net.ipv6.neigh.IFNAME.retrans_time_ms";
 /// `ifname`, in milliseconds or in the older USER_HZ ticks.
 pub fn is_retrans_timer(key: &str, ifname: &str) -> bool {
     key.strip_prefix(&format!("net.ipv6.neigh.{ifname}."))
-        .is_some_and(|leaf| leaf == "retrans_time_ms" || leaf == "retrans_time")
+        .is_some_and(|leaf| RETRANS_TIMER_LEAVES.contains(&leaf))
 }
+
+/// The neighbour retransmit timer's two names: milliseconds, and the older USER_HZ ticks.
+const RETRANS_TIMER_LEAVES: [&str; 2] = ["retrans_time_ms", "retrans_time"];
 
 /// Whether a router advertisement may rewrite this sysctl of an interface that accepts them: the
 /// kernel takes the RA's Cur Hop Limit, MTU option, Reachable Time and Retrans Timer
@@ -89,10 +92,10 @@ pub fn router_may_set(s: &Sysctl) -> bool {
     let leaf = s.path.last().map(String::as_str).unwrap_or_default();
     match (s.path[1].as_str(), s.path[2].as_str()) {
         ("ipv6", "conf") => !s.pod_wide && matches!(leaf, "hop_limit" | "mtu"),
-        ("ipv6", "neigh") => matches!(
-            leaf,
-            "retrans_time_ms" | "retrans_time" | "base_reachable_time_ms" | "base_reachable_time"
-        ),
+        ("ipv6", "neigh") => {
+            RETRANS_TIMER_LEAVES.contains(&leaf)
+                || matches!(leaf, "base_reachable_time_ms" | "base_reachable_time")
+        }
         _ => false,
     }
 }
