@@ -16,6 +16,7 @@ pub mod snapshot;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
+use crate::cli::{self, Long, Parsed, Short};
 use analyze::{GidClass, Report, Severity};
 use gather::Target;
 use snapshot::Snapshot;
@@ -49,62 +50,47 @@ enum TargetArg {
     Pid(u32),
 }
 
-fn parse_args(args: &[String]) -> Result<Option<Args>, String> {
-    let mut parsed = Args {
-        target: None,
-        json: false,
-        snapshot: None,
-    };
-    let mut it = args.iter();
-    while let Some(arg) = it.next() {
-        let mut value = |name: &str| {
-            it.next()
-                .cloned()
-                .ok_or_else(|| format!("{name} needs a value"))
+fn parse_args(args: &[String]) -> cli::Outcome<Args> {
+    cli::parse(args, |p| {
+        let mut parsed = Args {
+            target: None,
+            json: false,
+            snapshot: None,
         };
-        let target = match arg.as_str() {
-            "-h" | "--help" => return Ok(None),
-            "--json" => {
-                parsed.json = true;
-                continue;
+        while let Some(arg) = p.next()? {
+            let target = match arg {
+                Short('h') | Long("help") => return Ok(Parsed::Help),
+                Long("json") => {
+                    parsed.json = true;
+                    continue;
+                }
+                Long("snapshot") => {
+                    parsed.snapshot = Some(PathBuf::from(cli::string(p)?));
+                    continue;
+                }
+                Long("netns") => TargetArg::Netns(PathBuf::from(cli::string(p)?)),
+                Long("pid") => TargetArg::Pid(cli::parsed(p, "--pid")?),
+                arg => return Err(cli::unexpected(arg)),
+            };
+            if parsed.target.is_some() {
+                return Err(cli::Error::new("give at most one of --netns and --pid"));
             }
-            "--snapshot" => {
-                parsed.snapshot = Some(PathBuf::from(value("--snapshot")?));
-                continue;
-            }
-            "--netns" => TargetArg::Netns(PathBuf::from(value("--netns")?)),
-            "--pid" => {
-                let text = value("--pid")?;
-                TargetArg::Pid(
-                    text.parse()
-                        .map_err(|_| format!("--pid expects a process id, found {text:?}"))?,
-                )
-            }
-            other => return Err(format!("unknown argument {other:?}")),
-        };
-        if parsed.target.is_some() {
-            return Err("give at most one of --netns and --pid".into());
+            parsed.target = Some(target);
         }
-        parsed.target = Some(target);
-    }
-    if parsed.snapshot.is_some() && parsed.target.is_some() {
-        return Err("--snapshot analyzes a saved snapshot; it takes no --netns/--pid".into());
-    }
-    Ok(Some(parsed))
+        if parsed.snapshot.is_some() && parsed.target.is_some() {
+            return Err(cli::Error::new(
+                "--snapshot analyzes a saved snapshot; it takes no --netns/--pid",
+            ));
+        }
+        Ok(Parsed::Run(parsed))
+    })
 }
 
 /// Entry point of the subcommand; returns the exit status.
 pub fn main(args: &[String]) -> i32 {
-    let args = match parse_args(args) {
-        Ok(Some(args)) => args,
-        Ok(None) => {
-            print!("{USAGE}");
-            return 0;
-        }
-        Err(err) => {
-            eprintln!("roce-ipvlan diagnose: {err}\n\n{USAGE}");
-            return 2;
-        }
+    let args = match cli::args_or_exit("diagnose", USAGE, parse_args(args)) {
+        Ok(args) => args,
+        Err(code) => return code,
     };
     let snapshot = match &args.snapshot {
         Some(path) => load_snapshot(path),
@@ -304,28 +290,29 @@ mod tests {
 
     #[test]
     fn arguments() {
+        let pid42 = Parsed::Run(Args {
+            target: Some(TargetArg::Pid(42)),
+            json: true,
+            snapshot: None,
+        });
         assert_eq!(
             parse_args(&args(&["--pid", "42", "--json"])).unwrap(),
-            Some(Args {
-                target: Some(TargetArg::Pid(42)),
-                json: true,
-                snapshot: None
-            })
+            pid42
         );
-        assert_eq!(
-            parse_args(&args(&["--netns", "/run/netns/p"]))
-                .unwrap()
-                .unwrap()
-                .target,
-            Some(TargetArg::Netns("/run/netns/p".into()))
-        );
-        assert_eq!(parse_args(&args(&["-h"])).unwrap(), None);
+        assert_eq!(parse_args(&args(&["--json", "--pid=42"])).unwrap(), pid42);
+        let Parsed::Run(netns) = parse_args(&args(&["--netns=/run/netns/p"])).unwrap() else {
+            panic!("not a help request");
+        };
+        assert_eq!(netns.target, Some(TargetArg::Netns("/run/netns/p".into())));
+        assert_eq!(parse_args(&args(&["-h"])).unwrap(), Parsed::Help);
         for bad in [
             &["--pid"][..],
             &["--pid", "x"],
             &["--pid", "1", "--netns", "/x"],
             &["--snapshot", "f", "--pid", "1"],
             &["--bogus"],
+            &["--json=yes"],
+            &["extra"],
         ] {
             assert!(parse_args(&args(bad)).is_err(), "{bad:?}");
         }

@@ -12,6 +12,7 @@ use std::fs::{self, File};
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
+use crate::cli::{self, Long, Parsed, Short};
 use crate::ready::{self, DEFAULT_DIR, DEFAULT_NAME};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,50 +69,24 @@ const DEFAULT_INTERVAL_SECS: u64 = 60;
 /// every `--interval` seconds and on SIGHUP: a binary deleted or changed on the host (a node
 /// clean-up, another installer) is restored without waiting for the pod to restart.
 pub fn main(args: &[String]) -> i32 {
-    let usage = "usage: roce-ipvlan install [--to DIR] [--name NAME] [--from FILE] [--wait \
+    const USAGE: &str =
+        "usage: roce-ipvlan install [--to DIR] [--name NAME] [--from FILE] [--wait \
                  [--interval SECS] [--rails LIST]]\n\
                  Copies the plugin into DIR (default /host/opt/cni/bin) atomically; --wait then \
                  stays up until SIGTERM, restoring the binary if it is deleted or changed \
                  (checked every SECS seconds, default 60, and on SIGHUP), and logs the node's \
                  readiness (`roce-ipvlan ready`) when it changes.";
-    let mut dir = PathBuf::from(DEFAULT_DIR);
-    let mut name = DEFAULT_NAME.to_string();
-    let mut from: Option<PathBuf> = None;
-    let mut wait = false;
-    let mut interval = std::time::Duration::from_secs(DEFAULT_INTERVAL_SECS);
-    let mut rails: Option<Vec<String>> = None;
-    let mut it = args.iter();
-    while let Some(arg) = it.next() {
-        let mut value = || it.next().cloned();
-        match arg.as_str() {
-            "--to" => match value() {
-                Some(v) => dir = PathBuf::from(v),
-                None => return usage_error(usage),
-            },
-            "--name" => match value() {
-                Some(v) => name = v,
-                None => return usage_error(usage),
-            },
-            "--from" => match value() {
-                Some(v) => from = Some(PathBuf::from(v)),
-                None => return usage_error(usage),
-            },
-            "--wait" => wait = true,
-            "--rails" => match value() {
-                Some(v) => rails = Some(v.split(',').map(|s| s.trim().to_string()).collect()),
-                None => return usage_error(usage),
-            },
-            "--interval" => match value().and_then(|v| v.parse::<u64>().ok()) {
-                Some(secs) if secs > 0 => interval = std::time::Duration::from_secs(secs),
-                _ => return usage_error(usage),
-            },
-            "-h" | "--help" => {
-                println!("{usage}");
-                return 0;
-            }
-            _ => return usage_error(usage),
-        }
-    }
+    let Args {
+        dir,
+        name,
+        from,
+        wait,
+        interval,
+        rails,
+    } = match cli::args_or_exit("install", USAGE, parse_args(args)) {
+        Ok(args) => args,
+        Err(code) => return code,
+    };
     let source = match from.map_or_else(std::env::current_exe, Ok) {
         Ok(s) => s,
         Err(e) => {
@@ -220,9 +195,44 @@ fn keep_installed(
     }
 }
 
-fn usage_error(usage: &str) -> i32 {
-    eprintln!("{usage}");
-    2
+/// Parsed `install` arguments.
+#[derive(Debug, PartialEq)]
+struct Args {
+    dir: PathBuf,
+    name: String,
+    from: Option<PathBuf>,
+    wait: bool,
+    interval: std::time::Duration,
+    rails: Option<Vec<String>>,
+}
+
+fn parse_args(args: &[String]) -> cli::Outcome<Args> {
+    cli::parse(args, |p| {
+        let mut parsed = Args {
+            dir: PathBuf::from(DEFAULT_DIR),
+            name: DEFAULT_NAME.to_string(),
+            from: None,
+            wait: false,
+            interval: std::time::Duration::from_secs(DEFAULT_INTERVAL_SECS),
+            rails: None,
+        };
+        while let Some(arg) = p.next()? {
+            match arg {
+                Long("to") => parsed.dir = PathBuf::from(cli::string(p)?),
+                Long("name") => parsed.name = cli::string(p)?,
+                Long("from") => parsed.from = Some(PathBuf::from(cli::string(p)?)),
+                Long("wait") => parsed.wait = true,
+                Long("rails") => parsed.rails = Some(ready::rail_list(&cli::string(p)?)?),
+                Long("interval") => match cli::parsed::<u64>(p, "--interval")? {
+                    0 => return Err(cli::Error::new("--interval needs at least 1 second")),
+                    secs => parsed.interval = std::time::Duration::from_secs(secs),
+                },
+                Short('h') | Long("help") => return Ok(Parsed::Help),
+                arg => return Err(cli::unexpected(arg)),
+            }
+        }
+        Ok(Parsed::Run(parsed))
+    })
 }
 
 #[cfg(test)]
@@ -236,6 +246,32 @@ mod tests {
         let p = dir.join(name);
         fs::write(&p, content).unwrap();
         p
+    }
+
+    #[test]
+    fn arguments() {
+        let args = |l: &[&str]| l.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let Ok(Parsed::Run(a)) = parse_args(&args(&["--to=/x", "--wait", "--interval", "5"]))
+        else {
+            panic!("valid arguments");
+        };
+        assert_eq!(a.dir, PathBuf::from("/x"));
+        assert!(a.wait);
+        assert_eq!(a.interval, std::time::Duration::from_secs(5));
+        assert_eq!(
+            parse_args(&args(&["--wait", "--help"])).unwrap(),
+            Parsed::Help
+        );
+        for bad in [
+            &["--to"][..],
+            &["--interval", "0"],
+            &["--interval=x"],
+            &["--rails", ","],
+            &["--bogus"],
+            &["dir"],
+        ] {
+            assert!(parse_args(&args(bad)).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -9,6 +9,7 @@ pub(crate) mod add;
 pub(crate) mod atomic_file;
 pub(crate) mod budget;
 pub(crate) mod check;
+pub(crate) mod cli;
 pub mod cni;
 pub mod config;
 pub(crate) mod del;

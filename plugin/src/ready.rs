@@ -14,6 +14,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::cli::{self, Long, Parsed, Short};
 use crate::netlink::Netlink;
 use crate::rdma::{self, GidSlot, NetnsMode, RdmaPort, Sysfs};
 
@@ -246,32 +247,38 @@ pub fn report(facts: &NodeFacts) -> (bool, String) {
     }
 }
 
-/// Parsed `ready` arguments: the installed binary's path and the rails to check.
-pub fn parse_args(args: &[String]) -> Result<(PathBuf, Option<Vec<String>>), String> {
-    let mut dir = PathBuf::from(DEFAULT_DIR);
-    let mut name = DEFAULT_NAME.to_string();
-    let mut rails = None;
-    let mut it = args.iter();
-    while let Some(arg) = it.next() {
-        let mut value = || it.next().cloned().ok_or(format!("{arg} needs a value"));
-        match arg.as_str() {
-            "--to" => dir = PathBuf::from(value()?),
-            "--name" => name = value()?,
-            "--rails" => {
-                let list: Vec<String> = value()?
-                    .split(',')
-                    .map(|s| s.trim().to_string())
-                    .filter(|s| !s.is_empty())
-                    .collect();
-                if list.is_empty() {
-                    return Err("--rails needs a comma-separated list of netdevs".into());
-                }
-                rails = Some(list);
-            }
-            other => return Err(format!("unknown argument {other:?}")),
-        }
+/// A `--rails` list: comma-separated netdev names (`install` passes its own on to `ready`).
+pub(crate) fn rail_list(text: &str) -> Result<Vec<String>, cli::Error> {
+    let list: Vec<String> = text
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect();
+    if list.is_empty() {
+        return Err(cli::Error::new(
+            "--rails needs a comma-separated list of netdevs",
+        ));
     }
-    Ok((dir.join(name), rails))
+    Ok(list)
+}
+
+/// Parsed `ready` arguments: the installed binary's path and the rails to check.
+fn parse_args(args: &[String]) -> cli::Outcome<(PathBuf, Option<Vec<String>>)> {
+    cli::parse(args, |p| {
+        let mut dir = PathBuf::from(DEFAULT_DIR);
+        let mut name = DEFAULT_NAME.to_string();
+        let mut rails = None;
+        while let Some(arg) = p.next()? {
+            match arg {
+                Long("to") => dir = PathBuf::from(cli::string(p)?),
+                Long("name") => name = cli::string(p)?,
+                Long("rails") => rails = Some(rail_list(&cli::string(p)?)?),
+                Short('h') | Long("help") => return Ok(Parsed::Help),
+                arg => return Err(cli::unexpected(arg)),
+            }
+        }
+        Ok(Parsed::Run((dir.join(name), rails)))
+    })
 }
 
 pub fn main(args: &[String]) -> i32 {
@@ -281,16 +288,9 @@ pub fn main(args: &[String]) -> i32 {
         RDMA netns mode shared, every rail up with its RDMA port ACTIVE and a free GID slot, \
         DIR/NAME (default /host/opt/cni/bin/roce-ipvlan) is this binary. Read-only.\n\
         Exit status: 0 ready, 1 not ready, 2 bad arguments.";
-    if args.iter().any(|a| a == "-h" || a == "--help") {
-        println!("{USAGE}");
-        return 0;
-    }
-    let (installed, rails) = match parse_args(args) {
-        Ok(parsed) => parsed,
-        Err(e) => {
-            eprintln!("roce-ipvlan ready: {e}\n{USAGE}");
-            return 2;
-        }
+    let (installed, rails) = match cli::args_or_exit("ready", USAGE, parse_args(args)) {
+        Ok(args) => args,
+        Err(code) => return code,
     };
     let (ok, text) = report(&gather(rails.as_deref(), &installed));
     println!("{text}");
@@ -384,17 +384,23 @@ mod tests {
     #[test]
     fn arguments() {
         let args = |l: &[&str]| l.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let d_rails = Parsed::Run((
+            PathBuf::from("/d/roce-ipvlan"),
+            Some(vec!["rdma0".into(), "rdma1".into()]),
+        ));
         assert_eq!(
             parse_args(&args(&["--to", "/d", "--rails", "rdma0, rdma1"])).unwrap(),
-            (
-                PathBuf::from("/d/roce-ipvlan"),
-                Some(vec!["rdma0".into(), "rdma1".into()])
-            )
+            d_rails
         );
         assert_eq!(
-            parse_args(&[]).unwrap().0,
-            PathBuf::from("/host/opt/cni/bin/roce-ipvlan")
+            parse_args(&args(&["--to=/d", "--rails=rdma0,rdma1"])).unwrap(),
+            d_rails
         );
+        assert_eq!(
+            parse_args(&[]).unwrap(),
+            Parsed::Run((PathBuf::from("/host/opt/cni/bin/roce-ipvlan"), None))
+        );
+        assert_eq!(parse_args(&args(&["--help"])).unwrap(), Parsed::Help);
         assert!(parse_args(&args(&["--rails", ","])).is_err());
         assert!(parse_args(&args(&["--to"])).is_err());
         assert!(parse_args(&args(&["--bogus"])).is_err());

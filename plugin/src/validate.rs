@@ -22,6 +22,7 @@ use std::io::Read;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use crate::cli::{self, Arg, Long, Parsed, Short, ValueExt as _};
 use crate::config::NetConf;
 
 /// The interface name configurations are checked for (`IFNAME` in sysctl keys).
@@ -78,29 +79,26 @@ pub enum Outcome {
 /// Runs the subcommand; returns the exit status (0: all OK, 1: an error, or a warning with
 /// `--strict`, 2: usage).
 pub fn main(args: &[String]) -> i32 {
-    let strict = args.iter().any(|a| a == "--strict");
-    let files: Vec<&String> = args.iter().filter(|a| *a != "--strict").collect();
-    if files.is_empty() || args.iter().any(|a| a == "-h" || a == "--help") {
-        eprintln!(
-            "usage: roce-ipvlan validate [--strict] FILE...   ('-' reads stdin)\n\
+    const USAGE: &str = "usage: roce-ipvlan validate [--strict] FILE...   ('-' reads stdin)\n\
              Checks every roce-ipvlan configuration in NetworkAttachmentDefinitions (YAML or \
              JSON, multi-document), CNI configurations and configuration lists, and the Pods, \
              Jobs, MPIJobs, PyTorchJobs, ... that use them (against the NADs and \
-             NicClusterPolicies of all FILEs). --strict: warnings fail too."
-        );
-        return 2;
-    }
+             NicClusterPolicies of all FILEs). --strict: warnings fail too.";
+    let (strict, files) = match cli::args_or_exit("validate", USAGE, parse_args(args)) {
+        Ok(args) => args,
+        Err(code) => return code,
+    };
     let mut docs = Vec::new();
     for file in files {
         let text = if file == "-" {
             let mut s = String::new();
             std::io::stdin().read_to_string(&mut s).map(|_| s)
         } else {
-            std::fs::read_to_string(file)
+            std::fs::read_to_string(&file)
         };
         match text {
-            Ok(text) => docs.extend(parse_text(file, &text)),
-            Err(e) => docs.push(Doc::broken(file, "-", format!("cannot read: {e}"))),
+            Ok(text) => docs.extend(parse_text(&file, &text)),
+            Err(e) => docs.push(Doc::broken(&file, "-", format!("cannot read: {e}"))),
         }
     }
     let mut failed = false;
@@ -119,6 +117,27 @@ pub fn main(args: &[String]) -> i32 {
         }
     }
     i32::from(failed)
+}
+
+/// `--strict` and the files (at least one; `-` is stdin, and after `--` every argument is a
+/// file).
+fn parse_args(args: &[String]) -> cli::Outcome<(bool, Vec<String>)> {
+    cli::parse(args, |p| {
+        let mut strict = false;
+        let mut files = Vec::new();
+        while let Some(arg) = p.next()? {
+            match arg {
+                Long("strict") => strict = true,
+                Arg::Value(file) => files.push(file.string()?),
+                Short('h') | Long("help") => return Ok(Parsed::Help),
+                arg => return Err(cli::unexpected(arg)),
+            }
+        }
+        if files.is_empty() {
+            return Err(cli::Error::new("no FILE to check"));
+        }
+        Ok(Parsed::Run((strict, files)))
+    })
 }
 
 /// One YAML/JSON document (a `List`'s items are documents of their own).

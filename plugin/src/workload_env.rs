@@ -25,6 +25,7 @@ use std::process::Command;
 
 use serde_json::{json, Value};
 
+use crate::cli::{self, Long, Parsed, Short};
 use crate::cni::Roce;
 use crate::rdma::{GidSlot, GidTable, GidType, RdmaPort, Sysfs};
 use exec::{Conflict, OnConflict};
@@ -166,84 +167,75 @@ struct Args {
     exec: Option<Vec<String>>,
 }
 
-fn parse(args: &[String]) -> Result<Option<Args>, EnvError> {
-    let mut parsed = Args {
-        format: None,
-        sys: PathBuf::from("/sys"),
-        output: None,
-        on_conflict: None,
-        exec: None,
-    };
-    let mut it = args.iter();
-    while let Some(arg) = it.next() {
-        let (flag, inline) = match arg.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_string())),
-            _ => (arg.as_str(), None),
+fn parse(args: &[String]) -> cli::Outcome<Args> {
+    let parsed = cli::parse(args, |p| {
+        let mut parsed = Args {
+            format: None,
+            sys: PathBuf::from("/sys"),
+            output: None,
+            on_conflict: None,
+            exec: None,
         };
-        let mut value = || {
-            inline
-                .clone()
-                .or_else(|| it.next().cloned())
-                .ok_or_else(|| EnvError::Usage(format!("{flag} needs a value")))
-        };
-        match flag {
-            "--format" | "-f" => {
-                parsed.format = Some(match value()?.as_str() {
-                    "shell" => Format::Shell,
-                    "json" => Format::Json,
-                    "nccl-conf" => Format::NcclConf,
-                    other => {
-                        return Err(EnvError::Usage(format!(
-                            "unknown format {other:?}: use shell, json or nccl-conf"
-                        )))
-                    }
-                })
-            }
-            "--sys" => parsed.sys = PathBuf::from(value()?),
-            "--output" | "-o" => parsed.output = Some(PathBuf::from(value()?)),
-            "--on-conflict" => {
-                parsed.on_conflict = Some(match value()?.as_str() {
-                    "replace" => OnConflict::Replace,
-                    "refuse" => OnConflict::Refuse,
-                    other => {
-                        return Err(EnvError::Usage(format!(
-                            "unknown --on-conflict {other:?}: use replace or refuse"
-                        )))
-                    }
-                })
-            }
-            "--exec" if inline.is_none() => {
-                let mut command: Vec<String> = it.by_ref().cloned().collect();
-                if command.first().map(String::as_str) == Some("--") {
-                    command.remove(0);
+        while let Some(arg) = p.next()? {
+            match arg {
+                Long("format") | Short('f') => {
+                    parsed.format = Some(cli::choice(
+                        p,
+                        "--format",
+                        &[
+                            ("shell", Format::Shell),
+                            ("json", Format::Json),
+                            ("nccl-conf", Format::NcclConf),
+                        ],
+                    )?)
                 }
-                if command.is_empty() {
-                    return Err(EnvError::Usage("--exec needs a command".into()));
+                Long("sys") => parsed.sys = PathBuf::from(cli::string(p)?),
+                Long("output") | Short('o') => parsed.output = Some(PathBuf::from(cli::string(p)?)),
+                Long("on-conflict") => {
+                    parsed.on_conflict = Some(cli::choice(
+                        p,
+                        "--on-conflict",
+                        &[
+                            ("replace", OnConflict::Replace),
+                            ("refuse", OnConflict::Refuse),
+                        ],
+                    )?)
                 }
-                parsed.exec = Some(command);
+                // The rest of the command line is the command's, its options included.
+                Long("exec") => {
+                    let command = cli::rest(p)?;
+                    if command.is_empty() {
+                        return Err(cli::Error::new("--exec needs a command"));
+                    }
+                    parsed.exec = Some(command);
+                }
+                Short('h') | Long("help") => return Ok(Parsed::Help),
+                arg => return Err(cli::unexpected(arg)),
             }
-            "--help" | "-h" => return Ok(None),
-            other => return Err(EnvError::Usage(format!("unknown argument {other:?}"))),
         }
-    }
+        Ok(Parsed::Run(parsed))
+    })?;
+    let Parsed::Run(parsed) = parsed else {
+        return Ok(Parsed::Help);
+    };
     if parsed.exec.is_some() && (parsed.format.is_some() || parsed.output.is_some()) {
-        return Err(EnvError::Usage(
-            "--exec prints nothing: it cannot be combined with --format or --output".into(),
+        return Err(cli::Error::new(
+            "--exec prints nothing: it cannot be combined with --format or --output",
         ));
     }
     if parsed.exec.is_none() && parsed.on_conflict.is_some() {
-        return Err(EnvError::Usage(
+        return Err(cli::Error::new(
             "--on-conflict applies to --exec only (the shell format unsets and exports \
-             every variable itself)"
-                .into(),
+             every variable itself)",
         ));
     }
-    Ok(Some(parsed))
+    Ok(Parsed::Run(parsed))
 }
 
 fn run(args: &[String]) -> Result<String, EnvError> {
-    let Some(args) = parse(args)? else {
-        return Ok(USAGE.to_string());
+    let args = match parse(args).map_err(|e| EnvError::Usage(e.to_string()))? {
+        Parsed::Run(args) => args,
+        Parsed::Help => return Ok(USAGE.to_string()),
     };
     let rails = discover(&args.sys)?;
     let plan = plan(&rails)?;
@@ -1161,17 +1153,11 @@ mod tests {
     #[test]
     fn exec_takes_the_rest_of_the_command_line() {
         let args = |v: &[&str]| v.iter().map(|a| a.to_string()).collect::<Vec<_>>();
-        let p = parse(&args(&[
-            "--sys",
-            "/x",
-            "--exec",
-            "--",
-            "cmd",
-            "--on-conflict",
-            "-f",
-        ]))
-        .unwrap()
-        .unwrap();
+        let run = |v: &[&str]| match parse(&args(v)).unwrap() {
+            Parsed::Run(p) => p,
+            Parsed::Help => panic!("{v:?} is not a help request"),
+        };
+        let p = run(&["--sys", "/x", "--exec", "--", "cmd", "--on-conflict", "-f"]);
         assert_eq!(p.sys, PathBuf::from("/x"));
         assert_eq!(
             p.exec.unwrap(),
@@ -1179,23 +1165,23 @@ mod tests {
             "flags after --exec are the command's"
         );
         assert_eq!(p.on_conflict, None);
-        let p = parse(&args(&["--on-conflict=refuse", "--exec", "cmd", "--", "x"]))
-            .unwrap()
-            .unwrap();
+        let p = run(&["--on-conflict=refuse", "--exec", "cmd", "--", "x"]);
         assert_eq!(
             p.exec.unwrap(),
             ["cmd", "--", "x"],
             "only a leading -- is dropped"
         );
         assert_eq!(p.on_conflict, Some(OnConflict::Refuse));
+        assert_eq!(run(&["--exec", "cmd", "-h"]).exec.unwrap(), ["cmd", "-h"]);
         for bad in [
             &["--exec"][..],
             &["--exec", "--"],
             &["--output", "f", "--exec", "cmd"],
             &["--on-conflict", "replace"],
             &["--on-conflict", "ignore", "--exec", "cmd"],
+            &["--exec=cmd"],
         ] {
-            assert_eq!(parse(&args(bad)).unwrap_err().exit_code(), 2, "{bad:?}");
+            assert!(parse(&args(bad)).is_err(), "{bad:?}");
         }
     }
 

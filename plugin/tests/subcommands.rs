@@ -167,3 +167,76 @@ fn install_wait_restores_a_deleted_or_changed_binary() {
     assert_eq!(next(), "SIGTERM: exiting");
     assert!(child.wait().unwrap().success());
 }
+
+/// Every subcommand parses its options by the same rules (issue #16): `--help` is usage on
+/// stdout and exit 0; an unknown option or a missing value exits 2 with a message naming the
+/// option and the usage on stderr.
+#[test]
+fn every_subcommand_parses_options_alike() {
+    for command in ["env", "diagnose", "validate", "install", "ready"] {
+        let (code, out, err) = run(&[command, "--help"]);
+        assert_eq!(code, 0, "{command} --help: {err}");
+        assert!(
+            out.starts_with("usage: roce-ipvlan "),
+            "{command} --help: {out}"
+        );
+        assert!(out.contains(command), "{command} --help: {out}");
+
+        let (code, out, err) = run(&[command, "--bogus"]);
+        assert_eq!(code, 2, "{command} --bogus: {out}{err}");
+        assert!(out.is_empty(), "{command} --bogus printed {out}");
+        assert!(
+            err.starts_with(&format!("roce-ipvlan {command}: invalid option '--bogus'")),
+            "{command} --bogus: {err}"
+        );
+        assert!(
+            err.contains("usage: roce-ipvlan "),
+            "{command} --bogus: {err}"
+        );
+    }
+    for (command, option) in [
+        ("env", "--format"),
+        ("diagnose", "--pid"),
+        ("install", "--to"),
+        ("ready", "--rails"),
+    ] {
+        let (code, _, err) = run(&[command, option]);
+        assert_eq!(code, 2, "{command} {option}: {err}");
+        assert!(
+            err.contains(&format!("missing argument for option '{option}'")),
+            "{command} {option}: {err}"
+        );
+    }
+}
+
+/// `--opt=value` is the same as `--opt value` everywhere (`install --to=/x` was refused, and
+/// `diagnose --pid=N` too).
+#[test]
+fn options_take_their_value_attached_or_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, out, err) = run(&["install", &format!("--to={}", dir.path().display())]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(dir.path().join("roce-ipvlan").exists(), "{out}");
+
+    let file = dir.path().join("snap.json");
+    fs::write(&file, "{}").unwrap();
+    // Both spellings reach the snapshot loader, which refuses the empty object.
+    for args in [
+        vec![
+            "diagnose".to_string(),
+            "--snapshot".into(),
+            file.display().to_string(),
+        ],
+        vec![
+            "diagnose".to_string(),
+            format!("--snapshot={}", file.display()),
+        ],
+    ] {
+        let (code, _, err) = run(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(
+            err.contains("is not a diagnose snapshot"),
+            "{args:?}: {err}"
+        );
+    }
+}
