@@ -166,11 +166,7 @@ fn dispatch(env: &Env, stdin: &[u8]) -> Result<Option<Value>> {
     for field in &ignored {
         tracing::warn!(field = %field, "ignored a field of the configuration");
     }
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Error::io("cannot start the async runtime", e))?;
-    runtime.block_on(async {
+    netlink::block_on(async {
         match env.command {
             Command::Add => add::add(env, &conf).await.map(Some),
             Command::Del => del::del(env, &conf).await.map(|()| None),
@@ -179,5 +175,5 @@ fn dispatch(env: &Env, stdin: &[u8]) -> Result<Option<Value>> {
             Command::Gc => gc::gc(env, &conf).await.map(|()| None),
             Command::Version => unreachable!("handled above"),
         }
-    })
+    })?
 }

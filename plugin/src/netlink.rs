@@ -24,6 +24,16 @@ pub struct Netlink {
     handle: Handle,
 }
 
+/// Runs `work` on the one kind of runtime the plugin and its tools use: current-thread (the
+/// main thread drives every socket; namespaces are entered on threads of their own, netns.rs).
+pub fn block_on<F: std::future::Future>(work: F) -> Result<F::Output> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::io("cannot start the async runtime", e))?;
+    Ok(runtime.block_on(work))
+}
+
 /// What the plugin needs to know about a link.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Link {
@@ -36,6 +46,9 @@ pub struct Link {
     pub ipvlan_mode: Option<IpVlanMode>,
     /// IFLA_LINK: the parent's index (in the parent's namespace for a child moved elsewhere).
     pub parent: Option<u32>,
+    /// IFLA_LINK_NETNSID was present: the parent lives in another namespace, so `parent` is an
+    /// index of that namespace.
+    pub parent_elsewhere: bool,
     pub alias: Option<String>,
 }
 
@@ -54,6 +67,15 @@ impl Link {
 pub struct Addr6 {
     pub index: u32,
     pub addr: std::net::Ipv6Addr,
+    pub prefix: u8,
+    pub flags: AddressFlags,
+}
+
+/// An address of a link (either family) with its flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Addr {
+    pub index: u32,
+    pub ip: IpAddr,
     pub prefix: u8,
     pub flags: AddressFlags,
 }
@@ -115,22 +137,42 @@ fn parse_addr6(m: &AddressMessage) -> Option<Addr6> {
         AddressAttribute::Address(IpAddr::V6(ip)) => Some(*ip),
         _ => None,
     })?;
-    // The 32-bit IFA_FLAGS attribute carries what the 8-bit header field cannot (e.g.
-    // MANAGETEMPADDR); fall back to the header on kernels that omit it.
-    let flags = m
-        .attributes
+    Some(Addr6 {
+        index: m.header.index,
+        addr,
+        prefix: m.header.prefix_len,
+        flags: address_flags(m),
+    })
+}
+
+/// An address with its flags: IFA_LOCAL (the local end of a point-to-point link), else
+/// IFA_ADDRESS.
+fn parse_addr(m: &AddressMessage) -> Option<Addr> {
+    let attr = |local: bool| {
+        m.attributes.iter().find_map(|a| match a {
+            AddressAttribute::Local(ip) if local => Some(*ip),
+            AddressAttribute::Address(ip) if !local => Some(*ip),
+            _ => None,
+        })
+    };
+    Some(Addr {
+        index: m.header.index,
+        ip: attr(true).or_else(|| attr(false))?,
+        prefix: m.header.prefix_len,
+        flags: address_flags(m),
+    })
+}
+
+/// The 32-bit IFA_FLAGS attribute carries what the 8-bit header field cannot (e.g.
+/// MANAGETEMPADDR); the header's flags on kernels that omit it.
+fn address_flags(m: &AddressMessage) -> AddressFlags {
+    m.attributes
         .iter()
         .find_map(|a| match a {
             AddressAttribute::Flags(f) => Some(*f),
             _ => None,
         })
-        .unwrap_or_else(|| AddressFlags::from_bits_retain(u32::from(m.header.flags.bits())));
-    Some(Addr6 {
-        index: m.header.index,
-        addr,
-        prefix: m.header.prefix_len,
-        flags,
-    })
+        .unwrap_or_else(|| AddressFlags::from_bits_retain(u32::from(m.header.flags.bits())))
 }
 
 /// A policy rule as the plugin cares about it.
@@ -286,21 +328,23 @@ impl Netlink {
             })?;
         Ok(msgs
             .iter()
-            .filter(|m| m.header.index == index)
-            .filter_map(|m| {
-                let ip = m.attributes.iter().find_map(|a| match a {
-                    AddressAttribute::Local(ip) => Some(*ip),
-                    _ => None,
-                });
-                let ip = ip.or_else(|| {
-                    m.attributes.iter().find_map(|a| match a {
-                        AddressAttribute::Address(ip) => Some(*ip),
-                        _ => None,
-                    })
-                })?;
-                IpNetwork::new(ip, m.header.prefix_len).ok()
-            })
+            .filter_map(parse_addr)
+            .filter(|a| a.index == index)
+            .filter_map(|a| IpNetwork::new(a.ip, a.prefix).ok())
             .collect())
+    }
+
+    /// Every address of this socket's namespace, with its flags.
+    pub async fn all_addresses(&self) -> Result<Vec<Addr>> {
+        let msgs: Vec<_> = self
+            .handle
+            .address()
+            .get()
+            .execute()
+            .try_collect()
+            .await
+            .map_err(|e| Error::netlink("cannot list addresses", e))?;
+        Ok(msgs.iter().filter_map(parse_addr).collect())
     }
 
     /// The IPv6 addresses of link `index`, with their flags.
@@ -417,11 +461,6 @@ impl Netlink {
             .map_err(|e| Error::netlink("cannot list routes", e))
     }
 
-    /// The rtnetlink handle, for read-only dumps that have no verb here (diagnose).
-    pub fn handle(&self) -> &Handle {
-        &self.handle
-    }
-
     pub async fn add_rule(&self, source: IpAddr, table: u32, priority: u32) -> Result<()> {
         let req = self
             .handle
@@ -483,6 +522,7 @@ fn parse_link(msg: LinkMessage) -> Link {
         kind: None,
         ipvlan_mode: None,
         parent: None,
+        parent_elsewhere: false,
         alias: None,
     };
     for attr in msg.attributes {
@@ -491,6 +531,7 @@ fn parse_link(msg: LinkMessage) -> Link {
             LinkAttribute::Mtu(m) => link.mtu = m,
             LinkAttribute::Address(a) => link.mac = a,
             LinkAttribute::Link(p) => link.parent = Some(p),
+            LinkAttribute::LinkNetNsId(_) => link.parent_elsewhere = true,
             LinkAttribute::IfAlias(a) => link.alias = Some(a),
             LinkAttribute::LinkInfo(infos) => {
                 for info in infos {

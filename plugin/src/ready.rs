@@ -15,7 +15,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::cli::{self, Long, Parsed, Short};
-use crate::netlink::Netlink;
+use crate::netlink::{self, Netlink};
 use crate::rdma::{self, GidSlot, NetnsMode, RdmaPort, Sysfs};
 
 /// Where the DaemonSet mounts the host's /opt/cni/bin: `install` copies the binary there, and
@@ -194,16 +194,10 @@ fn link_layer(port: &RdmaPort) -> Option<String> {
 /// Whether each named link is administratively up (None: not found or not readable).
 fn links_up<'a>(names: impl Iterator<Item = &'a str>) -> Vec<Option<bool>> {
     let names: Vec<&str> = names.collect();
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(_) => return vec![None; names.len()],
-    };
-    runtime.block_on(async {
+    let count = names.len();
+    netlink::block_on(async {
         let Ok(host) = Netlink::current() else {
-            return vec![None; names.len()];
+            return vec![None; count];
         };
         let mut out = Vec::new();
         for name in names {
@@ -214,6 +208,7 @@ fn links_up<'a>(names: impl Iterator<Item = &'a str>) -> Vec<Option<bool>> {
         }
         out
     })
+    .unwrap_or_else(|_| vec![None; count])
 }
 
 fn binary_facts(installed: &Path) -> BinaryFacts {

@@ -13,15 +13,14 @@ use std::io;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
-use futures::TryStreamExt;
-use netlink_packet_route::address::{AddressAttribute, AddressFlags};
-use netlink_packet_route::link::{LinkAttribute, LinkFlags, LinkInfo, LinkMessage};
+use netlink_packet_route::address::AddressFlags;
 use nix::sys::stat::fstat;
 
 use super::snapshot::{
     Address, Device, Gid, HostLink, HostView, IbCoreFacts, Netdev, NetnsModeName, Port, Snapshot,
 };
-use crate::error::{Error, Result};
+use crate::error::Result;
+use crate::netlink::{self, Netlink};
 use crate::netns::Netns;
 use crate::rdma::{self, GidSlot, NetnsMode, RdmaPort, Sysfs};
 
@@ -70,29 +69,25 @@ pub fn gather(target: &Target) -> Result<Snapshot> {
         Err(err) => (None, false, Some(err)),
     };
 
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Error::io("cannot start the async runtime", e))?;
-
     let (netns_mode, devices) = ns.run(|| rdma_view(&mut errors))?;
-    let netdevs = runtime.block_on(async {
-        match netdevs_in(&ns).await {
-            Ok(netdevs) => netdevs,
-            Err(err) => {
-                errors.push(format!("listing the netdevs of the target: {err}"));
-                Vec::new()
-            }
-        }
+    let (netdevs, host_links) = netlink::block_on(async {
+        let netdevs = netdevs_in(&ns).await;
+        let host_links = match &host_ns {
+            Some(host_ns) => Some(netdevs_in(host_ns).await),
+            None => None,
+        };
+        (netdevs, host_links)
+    })?;
+    let netdevs = netdevs.unwrap_or_else(|err| {
+        errors.push(format!("listing the netdevs of the target: {err}"));
+        Vec::new()
     });
 
     let mut host_unavailable = host_unavailable;
-    let host = match host_ns {
-        None => None,
-        Some(host_ns) => {
+    let host = match (host_ns, host_links) {
+        (Some(host_ns), Some(links)) => {
             let mut host_errors = Vec::new();
             let devices = host_ns.run(|| rdma_view(&mut host_errors).1);
-            let links = runtime.block_on(async { netdevs_in(&host_ns).await });
             match (devices, links) {
                 (Ok(devices), Ok(links)) => {
                     errors.extend(host_errors.into_iter().map(|e| format!("host view: {e}")));
@@ -113,6 +108,7 @@ pub fn gather(target: &Target) -> Result<Snapshot> {
                 }
             }
         }
+        _ => None,
     };
 
     Ok(Snapshot {
@@ -267,80 +263,35 @@ fn sysfs_ports(
     ports
 }
 
-/// Every link of `ns` with its addresses: full dumps with address flags, which the plugin's
-/// `Netlink` verbs do not offer, on its socket inside `ns`.
+/// Every link of `ns` with its addresses (and their DAD flags), on a socket inside `ns`.
 async fn netdevs_in(ns: &Netns) -> Result<Vec<Netdev>> {
-    let nl = crate::netlink::Netlink::in_netns(ns)?;
-    let handle = nl.handle();
-    let links: Vec<LinkMessage> = handle
-        .link()
-        .get()
-        .execute()
-        .try_collect()
-        .await
-        .map_err(|e| Error::netlink("cannot list links", e))?;
-    let addrs: Vec<_> = handle
-        .address()
-        .get()
-        .execute()
-        .try_collect()
-        .await
-        .map_err(|e| Error::netlink("cannot list addresses", e))?;
-    let mut netdevs: Vec<Netdev> = links.into_iter().map(netdev_of).collect();
-    for msg in addrs {
-        let Some(netdev) = netdevs.iter_mut().find(|n| n.index == msg.header.index) else {
+    let nl = Netlink::in_netns(ns)?;
+    let links = nl.links().await?;
+    let addrs = nl.all_addresses().await?;
+    let mut netdevs: Vec<Netdev> = links
+        .into_iter()
+        .map(|link| Netdev {
+            index: link.index,
+            name: link.name,
+            kind: link.kind.map(|k| k.to_string()),
+            parent_index: link.parent,
+            parent_elsewhere: link.parent_elsewhere,
+            alias: link.alias,
+            up: link.admin_up,
+            addresses: Vec::new(),
+        })
+        .collect();
+    for addr in addrs {
+        let Some(netdev) = netdevs.iter_mut().find(|n| n.index == addr.index) else {
             continue;
         };
-        let mut ip = None;
-        let mut flags = AddressFlags::from_bits_retain(u32::from(msg.header.flags.bits()));
-        for attr in &msg.attributes {
-            match attr {
-                AddressAttribute::Local(a) => ip = Some(*a),
-                AddressAttribute::Address(a) if ip.is_none() => ip = Some(*a),
-                // IFA_FLAGS carries all 32 bits; the header only the low 8.
-                AddressAttribute::Flags(f) => flags = *f,
-                _ => {}
-            }
-        }
-        if let Some(ip) = ip {
-            netdev.addresses.push(Address {
-                ip,
-                prefix: msg.header.prefix_len,
-                tentative: flags.contains(AddressFlags::Tentative),
-                dadfailed: flags.contains(AddressFlags::Dadfailed),
-                permanent: flags.contains(AddressFlags::Permanent),
-            });
-        }
+        netdev.addresses.push(Address {
+            ip: addr.ip,
+            prefix: addr.prefix,
+            tentative: addr.flags.contains(AddressFlags::Tentative),
+            dadfailed: addr.flags.contains(AddressFlags::Dadfailed),
+            permanent: addr.flags.contains(AddressFlags::Permanent),
+        });
     }
     Ok(netdevs)
-}
-
-fn netdev_of(msg: LinkMessage) -> Netdev {
-    let mut netdev = Netdev {
-        index: msg.header.index,
-        name: String::new(),
-        kind: None,
-        parent_index: None,
-        parent_elsewhere: false,
-        alias: None,
-        up: msg.header.flags.contains(LinkFlags::Up),
-        addresses: Vec::new(),
-    };
-    for attr in msg.attributes {
-        match attr {
-            LinkAttribute::IfName(n) => netdev.name = n,
-            LinkAttribute::Link(p) => netdev.parent_index = Some(p),
-            LinkAttribute::LinkNetNsId(_) => netdev.parent_elsewhere = true,
-            LinkAttribute::IfAlias(a) => netdev.alias = Some(a),
-            LinkAttribute::LinkInfo(infos) => {
-                for info in infos {
-                    if let LinkInfo::Kind(k) = info {
-                        netdev.kind = Some(k.to_string());
-                    }
-                }
-            }
-            _ => {}
-        }
-    }
-    netdev
 }
