@@ -9,7 +9,7 @@ use crate::ipam::Ipam;
 use crate::netlink::Netlink;
 use crate::netns::Netns;
 use crate::rail;
-use crate::rdma::{GidSlot, GidType, Sysfs};
+use crate::rdma::{GidType, Sysfs};
 use crate::routing;
 use crate::sysctl;
 
@@ -181,21 +181,17 @@ pub async fn check(env: &Env, conf: &NetConf) -> Result<()> {
                 e,
             )
         })?;
-    let at_index = table
-        .slots
-        .iter()
-        .find(|(i, _)| *i == roce.gid_index)
-        .map(|(_, s)| s);
+    let at_index = table.slots.iter().find(|s| s.index == roce.gid_index);
     match at_index {
-        Some(GidSlot::Entry {
-            gid,
-            gid_type: Some(GidType::RoceV2),
-            ..
-        }) if *gid == roce.gid => {}
+        Some(slot) if slot.gid == Some(roce.gid) && slot.gid_type == Some(GidType::RoceV2) => {}
         other => {
             return differs(format!(
-                "expected RoCE v2 GID {} at index {} of {} port {}, found {other:?}",
-                roce.gid, roce.gid_index, port.device, port.port
+                "expected RoCE v2 GID {} at index {} of {} port {}, found {}",
+                roce.gid,
+                roce.gid_index,
+                port.device,
+                port.port,
+                other.map_or_else(|| "no such slot".to_owned(), |slot| slot.to_string())
             ))
         }
     }

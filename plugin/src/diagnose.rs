@@ -197,13 +197,17 @@ fn render(report: &Report, snap: &Snapshot) -> String {
                 GidClass::EmptyOrHidden => unknown += 1,
                 class => {
                     let value = gid
+                        .slot
                         .gid
                         .map_or_else(|| "(zeros)".to_owned(), |g| g.to_string());
                     let mut line = format!(
                         "  gid {:>3}  {value:<40} {:<11} {:<12} {class}",
-                        gid.index,
-                        gid.gid_type.as_deref().unwrap_or("-"),
-                        gid.ndev.as_deref().unwrap_or("-"),
+                        gid.slot.index,
+                        gid.slot
+                            .gid_type
+                            .as_ref()
+                            .map_or_else(|| "-".to_owned(), |t| t.to_string()),
+                        gid.slot.ndev.as_deref().unwrap_or("-"),
                     );
                     if let (Some(host), Some(ndev)) = (gid.host_gid, &gid.host_ndev) {
                         let _ = write!(line, " (host: {host} on {ndev})");

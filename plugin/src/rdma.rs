@@ -18,6 +18,8 @@ use std::net::{IpAddr, Ipv6Addr};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use serde::{Deserialize, Serialize};
+
 pub use nldev::{device_ports, netlink_ports, netns_mode, NetnsMode};
 pub use sysfs::Sysfs;
 
@@ -51,8 +53,10 @@ impl fmt::Display for RdmaPort {
     }
 }
 
-/// The type of a GID table entry, as `gid_attrs/types/<i>` spells it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The type of a GID table entry, as `gid_attrs/types/<i>` spells it (and as `diagnose`'s
+/// snapshot stores it: the kernel's text).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "String", into = "String")]
 pub enum GidType {
     RoceV1,
     RoceV2,
@@ -81,19 +85,74 @@ impl fmt::Display for GidType {
     }
 }
 
-/// One slot of a GID table.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum GidSlot {
-    /// All zeros and unreadable attributes: an empty slot, or a GID hidden by the DOCA-OFED /
+impl From<String> for GidType {
+    fn from(text: String) -> GidType {
+        GidType::parse(&text)
+    }
+}
+
+impl From<GidType> for String {
+    fn from(t: GidType) -> String {
+        t.to_string()
+    }
+}
+
+/// One slot of a GID table as the reading thread's netns sees it: the crate's one GID-slot
+/// type (the GID wait, CHECK, `ready`, `env`'s NCCL/UCX models, and `diagnose`, whose snapshot
+/// JSON is this struct's serde form: `{"index", "gid", "gidType", "ndev"}`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Gid {
+    pub index: u32,
+    /// None: the slot reads all zeros: an empty slot, or a GID hidden by the DOCA-OFED /
     /// MLNX_OFED per-netns check (the two cannot be told apart from sysfs).
-    Zero,
-    /// A GID this thread can see. `gid_type`/`ndev` are `None` when their attribute file
-    /// answered EINVAL (the entry went away between reading the value and its attributes).
-    Entry {
-        gid: Ipv6Addr,
-        gid_type: Option<GidType>,
-        ndev: Option<String>,
-    },
+    pub gid: Option<Ipv6Addr>,
+    /// None: `gid_attrs/types/<i>` answered EINVAL (a zero slot, or an entry that went away
+    /// between reading the value and its attributes).
+    pub gid_type: Option<GidType>,
+    /// None: `gid_attrs/ndevs/<i>` answered EINVAL (always so for InfiniBand).
+    pub ndev: Option<String>,
+}
+
+impl Gid {
+    /// A slot that reads all zeros.
+    pub const fn zero(index: u32) -> Gid {
+        Gid {
+            index,
+            gid: None,
+            gid_type: None,
+            ndev: None,
+        }
+    }
+
+    /// The RoCE version of the entry's type: 1, 2, or None (unreadable, or another type).
+    pub fn roce_version(&self) -> Option<u8> {
+        match self.gid_type {
+            Some(GidType::RoceV1) => Some(1),
+            Some(GidType::RoceV2) => Some(2),
+            _ => None,
+        }
+    }
+}
+
+/// `3=::ffff:10.9.0.7 (RoCE v2, net1)`, `4=all zeros`; kernel text clipped, for messages.
+impl fmt::Display for Gid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Some(gid) = self.gid else {
+            return write!(f, "{}=all zeros", self.index);
+        };
+        let gid_type = self
+            .gid_type
+            .as_ref()
+            .map_or_else(|| "type ?".to_owned(), |t| t.to_string());
+        write!(
+            f,
+            "{}={gid} ({}, {})",
+            self.index,
+            clip(&gid_type),
+            clip(self.ndev.as_deref().unwrap_or("ndev ?"))
+        )
+    }
 }
 
 /// A snapshot of one port's GID table as the reading thread's netns sees it.
@@ -101,7 +160,7 @@ pub enum GidSlot {
 pub struct GidTable {
     pub port: RdmaPort,
     /// Every slot of `gids/`, sorted by index.
-    pub slots: Vec<(u32, GidSlot)>,
+    pub slots: Vec<Gid>,
 }
 
 /// How many visible entries [`GidTable::summary`] lists before eliding the rest.
@@ -116,41 +175,25 @@ impl GidTable {
     #[cfg(test)]
     pub fn find(&self, gid: Ipv6Addr, gid_type: &GidType) -> Option<u32> {
         self.visible()
-            .find(|&(_, g, t, _)| *g == gid && t == Some(gid_type))
-            .map(|(index, ..)| index)
+            .find(|slot| slot.gid == Some(gid) && slot.gid_type.as_ref() == Some(gid_type))
+            .map(|slot| slot.index)
     }
 
-    /// The non-zero entries: (index, GID, type, netdev).
-    pub fn visible(
-        &self,
-    ) -> impl Iterator<Item = (u32, &Ipv6Addr, Option<&GidType>, Option<&str>)> + '_ {
-        self.slots.iter().filter_map(|(index, slot)| match slot {
-            GidSlot::Zero => None,
-            GidSlot::Entry {
-                gid,
-                gid_type,
-                ndev,
-            } => Some((*index, gid, gid_type.as_ref(), ndev.as_deref())),
-        })
+    /// The non-zero entries.
+    pub fn visible(&self) -> impl Iterator<Item = &Gid> + '_ {
+        self.slots.iter().filter(|slot| slot.gid.is_some())
     }
 
     /// Short text for error messages, e.g.
     /// `rxe0 port 1: 0=fe80::5054:ff:fe12:3456 (RoCE v2, rdma0), 1=… , 4 slots all zeros`.
     /// Lists at most 16 entries, then `… N more`.
     pub fn summary(&self) -> String {
-        let visible: Vec<_> = self.visible().collect();
+        let visible: Vec<&Gid> = self.visible().collect();
         let zeros = self.slots.len() - visible.len();
         let mut parts: Vec<String> = visible
             .iter()
             .take(SUMMARY_MAX_ENTRIES)
-            .map(|&(index, gid, gid_type, ndev)| {
-                let gid_type = gid_type.map_or_else(|| "type ?".to_owned(), |t| t.to_string());
-                format!(
-                    "{index}={gid} ({}, {})",
-                    clip(&gid_type),
-                    clip(ndev.unwrap_or("ndev ?"))
-                )
-            })
+            .map(|slot| slot.to_string())
             .collect();
         if visible.len() > SUMMARY_MAX_ENTRIES {
             parts.push(format!("… {} more", visible.len() - SUMMARY_MAX_ENTRIES));
@@ -291,12 +334,38 @@ mod tests {
         }
     }
 
-    fn entry(gid: &str, gid_type: GidType, ndev: &str) -> GidSlot {
-        GidSlot::Entry {
-            gid: gid.parse().unwrap(),
+    fn entry(index: u32, gid: &str, gid_type: GidType, ndev: &str) -> Gid {
+        Gid {
+            index,
+            gid: Some(gid.parse().unwrap()),
             gid_type: Some(gid_type),
             ndev: Some(ndev.into()),
         }
+    }
+
+    fn untyped(index: u32, gid: &str) -> Gid {
+        Gid {
+            gid: Some(gid.parse().unwrap()),
+            ..Gid::zero(index)
+        }
+    }
+
+    #[test]
+    fn gid_serializes_as_the_snapshot_format() {
+        let slot = entry(3, "::ffff:10.9.0.7", GidType::RoceV2, "net1");
+        let json = serde_json::to_value(&slot).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"index": 3, "gid": "::ffff:10.9.0.7", "gidType": "RoCE v2",
+                "ndev": "net1"})
+        );
+        assert_eq!(serde_json::from_value::<Gid>(json).unwrap(), slot);
+        let zero = serde_json::json!({"index": 4, "gid": null, "gidType": null, "ndev": null});
+        assert_eq!(serde_json::from_value::<Gid>(zero).unwrap(), Gid::zero(4));
+        let v1: Gid = serde_json::from_value(serde_json::json!(
+            {"index": 1, "gid": "fe80::1", "gidType": "IB/RoCE v1", "ndev": null}))
+        .unwrap();
+        assert_eq!(v1.roce_version(), Some(1));
     }
 
     #[test]
@@ -334,18 +403,11 @@ mod tests {
         let table = GidTable {
             port: port(),
             slots: vec![
-                (0, GidSlot::Zero),
-                (2, entry("::ffff:10.9.0.7", GidType::RoceV1, "a")),
-                (3, entry("::ffff:10.9.0.7", GidType::RoceV2, "a")),
-                (4, entry("::ffff:10.9.0.7", GidType::RoceV2, "b")),
-                (
-                    5,
-                    GidSlot::Entry {
-                        gid: "::ffff:10.9.0.8".parse().unwrap(),
-                        gid_type: None,
-                        ndev: None,
-                    },
-                ),
+                Gid::zero(0),
+                entry(2, "::ffff:10.9.0.7", GidType::RoceV1, "a"),
+                entry(3, "::ffff:10.9.0.7", GidType::RoceV2, "a"),
+                entry(4, "::ffff:10.9.0.7", GidType::RoceV2, "b"),
+                untyped(5, "::ffff:10.9.0.8"),
             ],
         };
         let gid: Ipv6Addr = "::ffff:10.9.0.7".parse().unwrap();
@@ -362,20 +424,10 @@ mod tests {
         let table = GidTable {
             port: port(),
             slots: vec![
-                (
-                    0,
-                    entry("fe80::5054:ff:fe12:3456", GidType::RoceV2, "rdma0"),
-                ),
-                (1, GidSlot::Zero),
-                (
-                    2,
-                    GidSlot::Entry {
-                        gid: "::ffff:10.9.0.7".parse().unwrap(),
-                        gid_type: None,
-                        ndev: None,
-                    },
-                ),
-                (3, GidSlot::Zero),
+                entry(0, "fe80::5054:ff:fe12:3456", GidType::RoceV2, "rdma0"),
+                Gid::zero(1),
+                untyped(2, "::ffff:10.9.0.7"),
+                Gid::zero(3),
             ],
         };
         assert_eq!(
@@ -385,7 +437,7 @@ mod tests {
         );
         let empty = GidTable {
             port: port(),
-            slots: vec![(0, GidSlot::Zero)],
+            slots: vec![Gid::zero(0)],
         };
         assert_eq!(
             empty.summary(),
@@ -397,15 +449,13 @@ mod tests {
     fn summary_is_bounded() {
         let long_type = GidType::Other("x".repeat(10_000));
         let slots = (0..1024u32)
-            .map(|i| {
-                (
-                    i,
-                    GidSlot::Entry {
-                        gid: Ipv6Addr::new(0xfe80, 0, 0, 0, 0xffff, 0xffff, 0xffff, i as u16),
-                        gid_type: Some(long_type.clone()),
-                        ndev: Some("y".repeat(10_000)),
-                    },
-                )
+            .map(|i| Gid {
+                index: i,
+                gid: Some(Ipv6Addr::new(
+                    0xfe80, 0, 0, 0, 0xffff, 0xffff, 0xffff, i as u16,
+                )),
+                gid_type: Some(long_type.clone()),
+                ndev: Some("y".repeat(10_000)),
             })
             .collect();
         let table = GidTable {
@@ -424,7 +474,7 @@ mod tests {
         let err = WaitError::Timeout {
             last: Some(GidTable {
                 port: port(),
-                slots: vec![(0, GidSlot::Zero)],
+                slots: vec![Gid::zero(0)],
             }),
         };
         assert!(

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use crate::cli::{self, Long, Parsed, Short};
 use crate::netlink::{self, Netlink};
-use crate::rdma::{self, GidSlot, NetnsMode, RdmaPort, Sysfs};
+use crate::rdma::{self, NetnsMode, RdmaPort, Sysfs};
 
 /// Where the DaemonSet mounts the host's /opt/cni/bin: `install` copies the binary there, and
 /// `ready` checks the copy.
@@ -152,14 +152,7 @@ pub fn gather(rails: Option<&[String]>, installed: &Path) -> NodeFacts {
             state: sysfs.port_state(&port).map_err(|e| e.to_string()),
             gids: sysfs
                 .read_gid_table(&port)
-                .map(|t| {
-                    let used = t
-                        .slots
-                        .iter()
-                        .filter(|(_, s)| !matches!(s, GidSlot::Zero))
-                        .count();
-                    (used, t.slots.len())
-                })
+                .map(|t| (t.visible().count(), t.slots.len()))
                 .map_err(|e| e.to_string()),
             netdev,
             port,

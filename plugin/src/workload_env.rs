@@ -27,11 +27,11 @@ use serde_json::{json, Value};
 
 use crate::cli::{self, Long, Parsed, Short};
 use crate::cni::Roce;
-use crate::rdma::{GidSlot, GidTable, GidType, RdmaPort, Sysfs};
+use crate::rdma::{Gid, GidTable, GidType, RdmaPort, Sysfs};
 use exec::{Conflict, OnConflict};
 use select::{
-    gid_address, gid_family, nccl_gid_index, ucx_gid_index, NcclEnv, NcclTypeRead, Prefix, Slot,
-    UcxEnv, UcxVersion,
+    gid_address, gid_family, nccl_gid_index, ucx_gid_index, NcclEnv, NcclTypeRead, Prefix, UcxEnv,
+    UcxVersion,
 };
 
 const USAGE: &str = "\
@@ -128,7 +128,7 @@ pub enum Format {
 pub struct Rail {
     pub ifname: String,
     pub roce: Roce,
-    pub table: Vec<Slot>,
+    pub table: Vec<Gid>,
 }
 
 /// What `env` prints, in any format.
@@ -357,15 +357,19 @@ pub fn discover(sys: &Path) -> Result<Vec<Rail>, EnvError> {
 /// Checks that the table holds the alias's GID at its index with type RoCE v2, and converts
 /// the table into the libraries' view.
 pub fn check_rail(ifname: String, roce: Roce, table: &GidTable) -> Result<Rail, EnvError> {
-    let at = table.slots.iter().find(|(i, _)| *i == roce.gid_index);
+    let at = table.slots.iter().find(|slot| slot.index == roce.gid_index);
     let found = match at {
         None => Some(format!(
             "the port has no slot {} ({} slots)",
             roce.gid_index,
             table.slots.len()
         )),
-        Some((_, GidSlot::Zero)) => Some("that slot is empty as seen from here".to_string()),
-        Some((_, GidSlot::Entry { gid, gid_type, .. })) => {
+        Some(Gid { gid: None, .. }) => Some("that slot is empty as seen from here".to_string()),
+        Some(Gid {
+            gid: Some(gid),
+            gid_type,
+            ..
+        }) => {
             if *gid != roce.gid {
                 Some(format!("that slot holds {gid}"))
             } else if gid_type.as_ref() != Some(&GidType::RoceV2) {
@@ -389,24 +393,16 @@ pub fn check_rail(ifname: String, roce: Roce, table: &GidTable) -> Result<Rail, 
             found,
         });
     }
+    // The models go by position: slot i at position i, a gap read as zeros.
     let len = table
         .slots
         .iter()
-        .map(|(i, _)| *i as usize + 1)
+        .map(|slot| slot.index as usize + 1)
         .max()
         .unwrap_or(0);
-    let mut slots = vec![Slot::EMPTY; len];
-    for (index, slot) in &table.slots {
-        if let GidSlot::Entry { gid, gid_type, .. } = slot {
-            slots[*index as usize] = Slot {
-                gid: *gid,
-                version: match gid_type {
-                    Some(GidType::RoceV1) => Some(1),
-                    Some(GidType::RoceV2) => Some(2),
-                    _ => None,
-                },
-            };
-        }
+    let mut slots: Vec<Gid> = (0..len as u32).map(Gid::zero).collect();
+    for slot in &table.slots {
+        slots[slot.index as usize] = slot.clone();
     }
     Ok(Rail {
         ifname,
@@ -687,18 +683,16 @@ pub fn render(format: Format, rails: &[Rail], plan: &Plan) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::select::tests::EMPTY;
     use super::select::Family;
     use super::*;
     use std::net::Ipv6Addr;
 
-    fn s(gid: &str, version: u8) -> Slot {
-        Slot {
-            gid: gid.parse().unwrap(),
-            version: Some(version),
-        }
+    fn s(gid: &str, version: u8) -> Gid {
+        select::tests::s(gid, Some(version))
     }
 
-    fn rail(ifname: &str, dev: &str, index: u32, gid: &str, table: Vec<Slot>) -> Rail {
+    fn rail(ifname: &str, dev: &str, index: u32, gid: &str, table: Vec<Gid>) -> Rail {
         Rail {
             ifname: ifname.into(),
             roce: Roce {
@@ -769,14 +763,14 @@ mod tests {
     }
 
     /// rxe on an upstream kernel: the host's link-local GID, then the pod's.
-    fn upstream_v4(pod_ip: &str, extra_before: &[&str]) -> (Vec<Slot>, u32) {
+    fn upstream_v4(pod_ip: &str, extra_before: &[&str]) -> (Vec<Gid>, u32) {
         let mut t = vec![s("fe80::5054:ff:fe00:1", 2)];
         for e in extra_before {
             t.push(s(&format!("::ffff:{e}"), 2));
         }
         t.push(s(&format!("::ffff:{pod_ip}"), 2));
         let index = t.len() as u32 - 1;
-        t.extend([Slot::EMPTY; 3]);
+        t.extend(vec![EMPTY; 3]);
         (t, index)
     }
 
@@ -850,9 +844,9 @@ mod tests {
     }
 
     /// IPv6 SLAAC rail: the placeholder fd01:0:0:100::/112 GID sits below the SLAAC global.
-    fn slaac_table(placeholder: bool, global: &str, hidden_host: bool) -> (Vec<Slot>, u32) {
+    fn slaac_table(placeholder: bool, global: &str, hidden_host: bool) -> (Vec<Gid>, u32) {
         let host_ll = if hidden_host {
-            Slot::EMPTY
+            EMPTY
         } else {
             s("fe80::5054:ff:fe00:1", 2)
         };
@@ -863,7 +857,7 @@ mod tests {
         t.push(s("fe80::5054:ff:fe00:1", 2)); // the child's link-local (same MAC)
         t.push(s(global, 2));
         let index = t.len() as u32 - 1;
-        t.push(Slot::EMPTY);
+        t.push(EMPTY);
         (t, index)
     }
 
@@ -927,9 +921,9 @@ mod tests {
     #[test]
     fn ofed_view_ipv4_mixed() {
         let hidden = |pod: &str, zeros: usize| {
-            let mut t = vec![Slot::EMPTY; zeros];
+            let mut t = vec![EMPTY; zeros];
             t.push(s(pod, 2));
-            t.push(Slot::EMPTY);
+            t.push(EMPTY);
             t
         };
         let rails = vec![
@@ -967,7 +961,7 @@ mod tests {
         assert!(matches!(plan(&rails), Err(EnvError::Unexpressible(_))));
     }
 
-    fn table(slots: Vec<(u32, GidSlot)>) -> GidTable {
+    fn table(slots: Vec<Gid>) -> GidTable {
         GidTable {
             port: RdmaPort {
                 device: "rxe0".into(),
@@ -977,9 +971,10 @@ mod tests {
         }
     }
 
-    fn entry(gid: &str, t: GidType) -> GidSlot {
-        GidSlot::Entry {
-            gid: gid.parse().unwrap(),
+    fn entry(index: u32, gid: &str, t: GidType) -> Gid {
+        Gid {
+            index,
+            gid: Some(gid.parse().unwrap()),
             gid_type: Some(t),
             ndev: Some("net1".into()),
         }
@@ -988,31 +983,32 @@ mod tests {
     #[test]
     fn stale_gid_is_an_error_naming_the_rail() {
         let roce = rail("net1", "rxe0", 1, "::ffff:10.9.0.7", vec![]).roce;
-        let gone = table(vec![
-            (0, entry("fe80::1", GidType::RoceV2)),
-            (1, GidSlot::Zero),
-        ]);
+        let gone = table(vec![entry(0, "fe80::1", GidType::RoceV2), Gid::zero(1)]);
         let err = check_rail("net1".into(), roce.clone(), &gone).unwrap_err();
         assert!(
             err.to_string().starts_with("rail net1 (rxe0 port 1)"),
             "{err}"
         );
         assert!(err.to_string().contains("empty"), "{err}");
-        let moved = table(vec![(1, entry("::ffff:10.9.0.8", GidType::RoceV2))]);
+        let moved = table(vec![entry(1, "::ffff:10.9.0.8", GidType::RoceV2)]);
         assert!(check_rail("net1".into(), roce.clone(), &moved)
             .unwrap_err()
             .to_string()
             .contains("holds ::ffff:10.9.0.8"));
-        let v1 = table(vec![(1, entry("::ffff:10.9.0.7", GidType::RoceV1))]);
+        let v1 = table(vec![entry(1, "::ffff:10.9.0.7", GidType::RoceV1)]);
         assert!(check_rail("net1".into(), roce.clone(), &v1).is_err());
-        let short = table(vec![(0, GidSlot::Zero)]);
+        let short = table(vec![Gid::zero(0)]);
         assert!(check_rail("net1".into(), roce.clone(), &short).is_err());
         let ok = table(vec![
-            (0, GidSlot::Zero),
-            (1, entry("::ffff:10.9.0.7", GidType::RoceV2)),
+            Gid::zero(0),
+            entry(1, "::ffff:10.9.0.7", GidType::RoceV2),
         ]);
-        let r = check_rail("net1".into(), roce, &ok).unwrap();
-        assert_eq!(r.table, vec![Slot::EMPTY, s("::ffff:10.9.0.7", 2)]);
+        let r = check_rail("net1".into(), roce.clone(), &ok).unwrap();
+        assert_eq!(r.table, ok.slots);
+        // A gap in the slots (not seen from sysfs) reads as zeros at its position.
+        let gap = table(vec![entry(1, "::ffff:10.9.0.7", GidType::RoceV2)]);
+        let r = check_rail("net1".into(), roce, &gap).unwrap();
+        assert_eq!(r.table, ok.slots);
     }
 
     #[test]

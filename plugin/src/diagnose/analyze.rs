@@ -9,9 +9,9 @@ use std::net::{IpAddr, Ipv6Addr};
 
 use serde::Serialize;
 
-use super::snapshot::{Address, Device, Gid, IbCoreFacts, Netdev, NetnsModeName, Port, Snapshot};
+use super::snapshot::{Address, Device, IbCoreFacts, Netdev, NetnsModeName, Port, Snapshot};
 use crate::cni::Roce;
-use crate::rdma::roce_gid;
+use crate::rdma::{roce_gid, Gid, GidType};
 
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -97,10 +97,9 @@ impl PortReport {
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct GidReport {
-    pub index: u32,
-    pub gid: Option<Ipv6Addr>,
-    pub gid_type: Option<String>,
-    pub ndev: Option<String>,
+    /// The slot as the namespace read it.
+    #[serde(flatten)]
+    pub slot: Gid,
     pub class: GidClass,
     /// For a hidden GID: what the host view shows at this index.
     pub host_gid: Option<Ipv6Addr>,
@@ -463,10 +462,7 @@ fn classify_gid(
         None
     };
     GidReport {
-        index: slot.index,
-        gid: slot.gid,
-        gid_type: slot.gid_type.clone(),
-        ndev: slot.ndev.clone(),
+        slot: slot.clone(),
         class,
         host_gid: hidden_owner.and_then(|h| h.gid),
         host_ndev: hidden_owner.and_then(|h| h.ndev.clone()),
@@ -498,7 +494,7 @@ fn port_of(snap: &Snapshot, ports: &[PortReport], netdev: &Netdev) -> Option<usi
     if let Some(i) = ports.iter().position(|p| {
         p.gids
             .iter()
-            .any(|g| g.class == GidClass::Usable && g.ndev.as_deref() == Some(&netdev.name))
+            .any(|g| g.class == GidClass::Usable && g.slot.ndev.as_deref() == Some(&netdev.name))
     }) {
         return Some(i);
     }
@@ -564,12 +560,12 @@ fn netdev_reports(snap: &Snapshot, ports: &mut [PortReport]) -> Vec<NetdevReport
                     p.gids
                         .iter()
                         .find(|g| {
-                            g.gid == Some(gid)
-                                && g.gid_type.as_deref() == Some("RoCE v2")
+                            g.slot.gid == Some(gid)
+                                && g.slot.gid_type == Some(GidType::RoceV2)
                                 && g.class == GidClass::Usable
-                                && g.ndev.as_deref() == Some(&netdev.name)
+                                && g.slot.ndev.as_deref() == Some(&netdev.name)
                         })
-                        .map(|g| g.index)
+                        .map(|g| g.slot.index)
                 });
                 let slaac = is_slaac_global(a);
                 let placeholder = a.ip.is_ipv6()
@@ -881,11 +877,11 @@ fn netdev_findings(ports: &[PortReport], netdevs: &[NetdevReport], findings: &mu
         }
         if let Some(roce) = &n.ifalias {
             let port = ports.iter().find(|p| p.name() == *port_name);
-            let entry = port.and_then(|p| p.gids.iter().find(|g| g.index == roce.gid_index));
+            let entry = port.and_then(|p| p.gids.iter().find(|g| g.slot.index == roce.gid_index));
             let agrees = entry.is_some_and(|g| {
-                g.gid == Some(roce.gid)
+                g.slot.gid == Some(roce.gid)
                     && g.class == GidClass::Usable
-                    && g.gid_type.as_deref() == Some("RoCE v2")
+                    && g.slot.gid_type == Some(GidType::RoceV2)
             }) && format!("{} port {}", roce.rdma_device, roce.port) == *port_name;
             if !agrees {
                 findings.push(finding(
@@ -903,7 +899,9 @@ fn netdev_findings(ports: &[PortReport], netdevs: &[NetdevReport], findings: &mu
                             || "no such slot".to_owned(),
                             |g| format!(
                                 "{} ({})",
-                                g.gid.map_or_else(|| "zeros".to_owned(), |v| v.to_string()),
+                                g.slot
+                                    .gid
+                                    .map_or_else(|| "zeros".to_owned(), |v| v.to_string()),
                                 g.class
                             )
                         )

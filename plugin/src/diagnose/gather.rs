@@ -17,12 +17,12 @@ use netlink_packet_route::address::AddressFlags;
 use nix::sys::stat::fstat;
 
 use super::snapshot::{
-    Address, Device, Gid, HostLink, HostView, IbCoreFacts, Netdev, NetnsModeName, Port, Snapshot,
+    Address, Device, HostLink, HostView, IbCoreFacts, Netdev, NetnsModeName, Port, Snapshot,
 };
 use crate::error::Result;
 use crate::netlink::{self, Netlink};
 use crate::netns::Netns;
-use crate::rdma::{self, GidSlot, NetnsMode, RdmaPort, Sysfs};
+use crate::rdma::{self, NetnsMode, RdmaPort, Sysfs};
 
 /// Which namespace to diagnose.
 #[derive(Debug, Clone)]
@@ -182,31 +182,7 @@ fn rdma_view(errors: &mut Vec<String>) -> (Option<NetnsModeName>, Vec<Device>) {
             .join("ports")
             .join(port.port.to_string());
         let (gids, gids_error) = match sysfs.read_gid_table(&port) {
-            Ok(table) => (
-                table
-                    .slots
-                    .into_iter()
-                    .map(|(index, slot)| match slot {
-                        GidSlot::Zero => Gid {
-                            index,
-                            gid: None,
-                            gid_type: None,
-                            ndev: None,
-                        },
-                        GidSlot::Entry {
-                            gid,
-                            gid_type,
-                            ndev,
-                        } => Gid {
-                            index,
-                            gid: Some(gid),
-                            gid_type: gid_type.map(|t| t.to_string()),
-                            ndev,
-                        },
-                    })
-                    .collect(),
-                None,
-            ),
+            Ok(table) => (table.slots, None),
             Err(err) => (Vec::new(), Some(err.to_string())),
         };
         let entry = Port {

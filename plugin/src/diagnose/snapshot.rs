@@ -4,9 +4,11 @@
 //! The snapshot serializes to JSON (it is part of `--json` output), so a snapshot taken on a
 //! broken node can be replayed with `diagnose --snapshot FILE` and kept as a test fixture.
 
-use std::net::{IpAddr, Ipv6Addr};
+use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
+
+use crate::rdma::Gid;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -82,23 +84,11 @@ pub struct Port {
     /// lives here.
     pub netdev: Option<String>,
     pub netdev_index: Option<u32>,
+    /// The GID table as a thread inside the namespace read it (rdma's one slot type).
     pub gids: Vec<Gid>,
     /// Why the GID table could not be read, if it could not.
     #[serde(default)]
     pub gids_error: Option<String>,
-}
-
-/// One GID slot as sysfs showed it to the reading thread.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Gid {
-    pub index: u32,
-    /// None: the slot read all zeros.
-    pub gid: Option<Ipv6Addr>,
-    /// None: `gid_attrs/types/<i>` answered EINVAL.
-    pub gid_type: Option<String>,
-    /// None: `gid_attrs/ndevs/<i>` answered EINVAL (always so for InfiniBand).
-    pub ndev: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -8,7 +8,7 @@
 //! Empty slots read all zeros and their attribute files fail with EINVAL. On DOCA-OFED and
 //! MLNX_OFED kernels a GID whose netdev lives in another netns than the *reading thread* reads
 //! the same way (`rdma_check_gid_user_access`); upstream kernels show every GID. Both are
-//! normal, so a zero GID is [`GidSlot::Zero`] and EINVAL on an attribute is "unreadable", while
+//! normal, so a zero GID is a [`Gid`] without a value and EINVAL on an attribute is "unreadable", while
 //! any other error (ENOENT, EACCES, …) is reported.
 
 use std::fs;
@@ -16,7 +16,7 @@ use std::io;
 use std::net::Ipv6Addr;
 use std::path::{Path, PathBuf};
 
-use super::{GidSlot, GidTable, GidType, RdmaPort};
+use super::{Gid, GidTable, GidType, RdmaPort};
 
 /// Reads the RDMA part of sysfs from a root (production: `/sys`; tests: a recorded tree).
 #[derive(Debug, Clone)]
@@ -78,15 +78,15 @@ impl Sysfs {
         let dir = self.port_dir(port)?;
         let mut slots = Vec::new();
         for index in numbered_entries(&dir.join("gids"))? {
-            let slot = match read_gid(&dir, index)? {
-                None => GidSlot::Zero,
-                Some(gid) => GidSlot::Entry {
-                    gid,
+            slots.push(match read_gid(&dir, index)? {
+                None => Gid::zero(index),
+                Some(gid) => Gid {
+                    index,
+                    gid: Some(gid),
                     gid_type: read_attr(&dir, "types", index)?.map(|t| GidType::parse(&t)),
                     ndev: read_attr(&dir, "ndevs", index)?,
                 },
-            };
-            slots.push((index, slot));
+            });
         }
         Ok(GidTable {
             port: port.clone(),
@@ -372,16 +372,14 @@ mod tests {
         assert_eq!(table.find(ours(), &GidType::RoceV2), Some(3));
         assert_eq!(
             table.slots[3],
-            (
-                3,
-                GidSlot::Entry {
-                    gid: ours(),
-                    gid_type: Some(GidType::RoceV2),
-                    ndev: Some("net1".into()),
-                }
-            )
+            Gid {
+                index: 3,
+                gid: Some(ours()),
+                gid_type: Some(GidType::RoceV2),
+                ndev: Some("net1".into()),
+            }
         );
-        assert_eq!(table.slots[6], (6, GidSlot::Zero));
+        assert_eq!(table.slots[6], Gid::zero(6));
     }
 
     #[test]
@@ -431,7 +429,7 @@ mod tests {
         let table = sysfs.read_gid_table(&rxe0()).unwrap();
         assert_eq!(table.slots.len(), 1024);
         assert!(
-            table.slots.windows(2).all(|w| w[0].0 < w[1].0),
+            table.slots.windows(2).all(|w| w[0].index < w[1].index),
             "sorted by index"
         );
     }

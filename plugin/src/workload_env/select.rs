@@ -13,22 +13,12 @@
 use std::fmt;
 use std::net::{IpAddr, Ipv6Addr};
 
-/// One GID table slot, as a library sees it from the pod.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Slot {
-    /// What `ibv_query_gid` returns: all zeros for an empty slot, and on DOCA-OFED/MLNX_OFED
-    /// for a GID whose netdev lives in another namespace.
-    pub gid: Ipv6Addr,
-    /// RoCE version from `gid_attrs/types/<i>` (1 or 2); None when that read fails (EINVAL
-    /// for empty and hidden slots) or names another type.
-    pub version: Option<u8>,
-}
+use crate::rdma::Gid;
 
-impl Slot {
-    pub const EMPTY: Slot = Slot {
-        gid: Ipv6Addr::UNSPECIFIED,
-        version: None,
-    };
+/// What `ibv_query_gid` returns for a slot: all zeros for an empty slot, and on
+/// DOCA-OFED/MLNX_OFED for a GID whose netdev lives in another namespace.
+fn value(slot: &Gid) -> Ipv6Addr {
+    slot.gid.unwrap_or(Ipv6Addr::UNSPECIFIED)
 }
 
 /// An address family as both libraries derive it from a GID.
@@ -187,14 +177,15 @@ fn nccl_in_range(family: Family, range: Option<&Prefix>, gid: &Ipv6Addr) -> bool
     }
 }
 
-/// The GID index NCCL uses on a RoCE port with this table, or why it fails.
-pub fn nccl_gid_index(table: &[Slot], env: &NcclEnv, types: NcclTypeRead) -> Result<u32, String> {
+/// The GID index NCCL uses on a RoCE port with this table (slot `i` at position `i`, as
+/// `env::check_rail` builds it), or why it fails.
+pub fn nccl_gid_index(table: &[Gid], env: &NcclEnv, types: NcclTypeRead) -> Result<u32, String> {
     if let Some(index) = env.gid_index {
         return Ok(index);
     }
-    let slot = |i: usize| table.get(i).copied().unwrap_or(Slot::EMPTY);
+    let gid = |i: usize| table.get(i).map_or(Ipv6Addr::UNSPECIFIED, value);
     let version = |i: usize| -> Result<Option<u8>, String> {
-        match (slot(i).version, types) {
+        match (table.get(i).and_then(Gid::roce_version), types) {
             (None, NcclTypeRead::Strict) => Err(format!(
                 "NCCL 2.21-2.25 fails reading gid_attrs/types/{i} (unreadable from this netns)"
             )),
@@ -203,7 +194,7 @@ pub fn nccl_gid_index(table: &[Slot], env: &NcclEnv, types: NcclTypeRead) -> Res
     };
     let mut current = 0usize;
     for candidate in 1..table.len() {
-        let (gid, cand) = (slot(current).gid, slot(candidate).gid);
+        let (gid, cand) = (gid(current), gid(candidate));
         let cand_family = gid_family(&cand);
         let in_range = nccl_in_range(env.family, env.range.as_ref(), &cand);
         if cand_family != gid_family(&gid) && cand_family == env.family && in_range {
@@ -243,8 +234,9 @@ pub enum UcxVersion {
     V1_21,
 }
 
-/// The GID index UCX uses on a RoCE port with this table, or why it fails.
-pub fn ucx_gid_index(table: &[Slot], env: &UcxEnv, version: UcxVersion) -> Result<u32, String> {
+/// The GID index UCX uses on a RoCE port with this table (slot `i` at position `i`), or why it
+/// fails.
+pub fn ucx_gid_index(table: &[Gid], env: &UcxEnv, version: UcxVersion) -> Result<u32, String> {
     if env.gid_index.is_some() && !env.roce_subnets.is_empty() {
         return Err(
             "UCX refuses UCX_IB_GID_INDEX together with UCX_IB_ROCE_SUBNETS (\"both GID_INDEX \
@@ -274,19 +266,20 @@ pub fn ucx_gid_index(table: &[Slot], env: &UcxEnv, version: UcxVersion) -> Resul
     };
     for &(ver, family, allow_ll) in order {
         for (index, slot) in table.iter().enumerate() {
-            let interface_id = u128::from(slot.gid) as u64;
+            let gid = value(slot);
+            let interface_id = u128::from(gid) as u64;
             if version == UcxVersion::V1_21 && interface_id == 0 {
                 continue; // uct_ib_device_is_gid_valid: UCS_ERR_INVALID_ADDR, skipped
             }
             // An unreadable type counts as RoCE v1 (uct_ib_device_query_gid_info).
-            let slot_ver = slot.version.unwrap_or(1);
-            let link_local = slot.gid.segments()[0] & 0xffc0 == 0xfe80;
+            let slot_ver = slot.roce_version().unwrap_or(1);
+            let link_local = gid.segments()[0] & 0xffc0 == 0xfe80;
             // uct_ib_device_test_roce_gid_index: ibv_create_ah with an empty source GID fails.
-            let ah_ok = !slot.gid.is_unspecified();
+            let ah_ok = !gid.is_unspecified();
             let subnet_ok = env.roce_subnets.is_empty()
-                || env.roce_subnets.iter().any(|s| ucx_in_subnet(s, &slot.gid));
+                || env.roce_subnets.iter().any(|s| ucx_in_subnet(s, &gid));
             if slot_ver == ver
-                && gid_family(&slot.gid) == family
+                && gid_family(&gid) == family
                 && (allow_ll || !link_local)
                 && ah_ok
                 && subnet_ok
@@ -313,18 +306,31 @@ fn ucx_in_subnet(subnet: &Prefix, gid: &Ipv6Addr) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn s(gid: &str, version: Option<u8>) -> Slot {
-        Slot {
-            gid: gid.parse().unwrap(),
-            version,
+    use crate::rdma::GidType;
+
+    /// A slot; the models go by position, so the index is left 0.
+    pub(crate) fn s(gid: &str, version: Option<u8>) -> Gid {
+        let gid: Ipv6Addr = gid.parse().unwrap();
+        Gid {
+            index: 0,
+            gid: (!gid.is_unspecified()).then_some(gid),
+            gid_type: version.map(|v| match v {
+                1 => GidType::RoceV1,
+                2 => GidType::RoceV2,
+                _ => GidType::Other(format!("v{v}")),
+            }),
+            ndev: None,
         }
     }
 
+    /// A slot that reads all zeros.
+    pub(crate) const EMPTY: Gid = Gid::zero(0);
+
     /// A ConnectX port as the host sees it: v1/v2 pairs for link-local, IPv4, IPv6 global.
-    fn mlx_host_table() -> Vec<Slot> {
+    fn mlx_host_table() -> Vec<Gid> {
         vec![
             s("fe80::a288:c2ff:fe3b:506a", Some(1)),
             s("fe80::a288:c2ff:fe3b:506a", Some(2)),
@@ -332,7 +338,7 @@ mod tests {
             s("::ffff:10.200.1.10", Some(2)),
             s("2010:200:0:2:a288:c2ff:fe3b:506a", Some(1)),
             s("2010:200:0:2:a288:c2ff:fe3b:506a", Some(2)),
-            Slot::EMPTY,
+            EMPTY,
         ]
     }
 
@@ -399,7 +405,7 @@ mod tests {
     #[test]
     fn nccl_strict_type_read_fails_on_hidden_current_slot() {
         // OFED view from a pod: index 0 (the host's link-local GID) reads as zeros.
-        let t = vec![Slot::EMPTY, Slot::EMPTY, s("2001:db8::5", Some(2))];
+        let t = vec![EMPTY, EMPTY, s("2001:db8::5", Some(2))];
         let env = NcclEnv {
             family: Family::Inet6,
             ..NcclEnv::default()
@@ -407,7 +413,7 @@ mod tests {
         assert!(nccl_gid_index(&t, &env, NcclTypeRead::Strict).is_err());
         assert_eq!(nccl_gid_index(&t, &env, NcclTypeRead::Tolerant), Ok(2));
         // IPv4 reaches the pod's GID through the family switch, which reads no type.
-        let t4 = vec![Slot::EMPTY, Slot::EMPTY, s("::ffff:10.9.0.7", Some(2))];
+        let t4 = vec![EMPTY, EMPTY, s("::ffff:10.9.0.7", Some(2))];
         assert_eq!(
             nccl_gid_index(&t4, &NcclEnv::default(), NcclTypeRead::Strict),
             Ok(2)
@@ -430,9 +436,9 @@ mod tests {
             assert_eq!(ucx_gid_index(&t, &UcxEnv::default(), v), Ok(3));
         }
         // No IPv4: 1.18 takes the lowest v2 IPv6 (link-local), 1.21 prefers global.
-        let t6: Vec<Slot> = mlx_host_table()
+        let t6: Vec<Gid> = mlx_host_table()
             .into_iter()
-            .filter(|x| gid_family(&x.gid) == Family::Inet6)
+            .filter(|x| gid_family(&value(x)) == Family::Inet6)
             .collect();
         assert_eq!(
             ucx_gid_index(&t6, &UcxEnv::default(), UcxVersion::V1_18),
