@@ -10,29 +10,31 @@
 //! UCX_IB_GID_INDEX. Otherwise (indexes are first-free slots, so they can differ) the libraries'
 //! own selection is steered by family/range (NCCL) and subnets (UCX), and the models in
 //! [`select`] must pick the reported GID on every rail, or nothing is printed.
+//!
+//! This file holds the command line, the errors and the types the parts share; `discover`
+//! finds and checks the rails, `plan` chooses the settings, `render` prints them, `exec` works
+//! out the environment for `--exec`.
 
+mod discover;
 pub mod exec;
+mod plan;
+mod render;
 pub mod select;
 
 use std::ffi::OsString;
-use std::fmt::Write as _;
-use std::fs;
 use std::io;
-use std::net::IpAddr;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use serde_json::{json, Value};
-
 use crate::cli::{self, Long, Parsed, Short};
 use crate::cni::Roce;
-use crate::rdma::{Gid, GidTable, GidType, RdmaPort, Sysfs};
+use crate::rdma::{Gid, RdmaPort};
 use exec::{Conflict, OnConflict};
-use select::{
-    gid_address, gid_family, nccl_gid_index, ucx_gid_index, NcclEnv, NcclTypeRead, Prefix, UcxEnv,
-    UcxVersion,
-};
+
+use discover::discover;
+use plan::plan;
+use render::{render, shell_quote};
 
 const USAGE: &str = "\
 usage: roce-ipvlan env [--format shell|json|nccl-conf] [--output FILE] [--sys DIR]
@@ -305,387 +307,19 @@ fn write_atomically(path: &Path, text: &str) -> Result<(), EnvError> {
     })
 }
 
-/// Finds this netns's roce-ipvlan rails under `<sys>/class/net`, in ifindex order, each
-/// checked against its port's GID table under `<sys>/class/infiniband`.
-pub fn discover(sys: &Path) -> Result<Vec<Rail>, EnvError> {
-    let dir = sys.join("class/net");
-    let io_err = |what: String| move |source| EnvError::Io { what, source };
-    let entries = fs::read_dir(&dir).map_err(io_err(dir.display().to_string()))?;
-    let mut found = Vec::new();
-    let mut scanned = 0;
-    for entry in entries {
-        let entry = entry.map_err(io_err(dir.display().to_string()))?;
-        let ifname = entry.file_name().to_string_lossy().into_owned();
-        scanned += 1;
-        // Interfaces without an alias file (or unreadable ones) are simply not rails.
-        let Ok(alias) = fs::read_to_string(entry.path().join("ifalias")) else {
-            continue;
-        };
-        let Some(roce) = Roce::from_ifalias(alias.trim()) else {
-            continue;
-        };
-        let ifindex = fs::read_to_string(entry.path().join("ifindex"))
-            .ok()
-            .and_then(|s| s.trim().parse::<u32>().ok())
-            .unwrap_or(u32::MAX);
-        found.push((ifindex, ifname, roce));
-    }
-    if found.is_empty() {
-        return Err(EnvError::NoRails {
-            scanned,
-            dir: dir.display().to_string(),
-        });
-    }
-    found.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
-    let sysfs = Sysfs::new(sys);
-    found
-        .into_iter()
-        .map(|(_, ifname, roce)| {
-            let port = RdmaPort {
-                device: roce.rdma_device.clone(),
-                port: roce.port,
-            };
-            let table = sysfs.read_gid_table(&port).map_err(|source| EnvError::Io {
-                what: format!("the GID table of {port} (rail {ifname})"),
-                source,
-            })?;
-            check_rail(ifname, roce, &table)
-        })
-        .collect()
-}
-
-/// Checks that the table holds the alias's GID at its index with type RoCE v2, and converts
-/// the table into the libraries' view.
-pub fn check_rail(ifname: String, roce: Roce, table: &GidTable) -> Result<Rail, EnvError> {
-    let at = table.slots.iter().find(|slot| slot.index == roce.gid_index);
-    let found = match at {
-        None => Some(format!(
-            "the port has no slot {} ({} slots)",
-            roce.gid_index,
-            table.slots.len()
-        )),
-        Some(Gid { gid: None, .. }) => Some("that slot is empty as seen from here".to_string()),
-        Some(Gid {
-            gid: Some(gid),
-            gid_type,
-            ..
-        }) => {
-            if *gid != roce.gid {
-                Some(format!("that slot holds {gid}"))
-            } else if gid_type.as_ref() != Some(&GidType::RoceV2) {
-                Some(format!(
-                    "that slot's type is {}",
-                    gid_type
-                        .as_ref()
-                        .map_or_else(|| "unreadable".to_string(), |t| t.to_string())
-                ))
-            } else {
-                None
-            }
-        }
-    };
-    if let Some(found) = found {
-        return Err(EnvError::StaleGid {
-            port: table.port.clone(),
-            ifname,
-            gid: roce.gid,
-            index: roce.gid_index,
-            found,
-        });
-    }
-    // The models go by position: slot i at position i, a gap read as zeros.
-    let len = table
-        .slots
-        .iter()
-        .map(|slot| slot.index as usize + 1)
-        .max()
-        .unwrap_or(0);
-    let mut slots: Vec<Gid> = (0..len as u32).map(Gid::zero).collect();
-    for slot in &table.slots {
-        slots[slot.index as usize] = slot.clone();
-    }
-    Ok(Rail {
-        ifname,
-        roce,
-        table: slots,
-    })
-}
-
-fn hca(rail: &Rail) -> String {
-    format!("{}:{}", rail.roce.rdma_device, rail.roce.port)
-}
-
-/// The settings for these rails, verified against the NCCL and UCX models.
-pub fn plan(rails: &[Rail]) -> Result<Plan, EnvError> {
-    let mut hcas: Vec<String> = Vec::new();
-    for rail in rails {
-        let h = hca(rail);
-        if !hcas.contains(&h) {
-            hcas.push(h);
-        }
-    }
-    let hcas = hcas.join(",");
-    let first = rails.first().map(|r| r.roce.gid_index);
-    let same_index = rails.iter().all(|r| Some(r.roce.gid_index) == first);
-
-    let mut plan = Plan {
-        env: Vec::new(),
-        unset: Vec::new(),
-        notes: Vec::new(),
-    };
-    // `=` makes NCCL match device names exactly (mlx5_1 would otherwise also match mlx5_10).
-    plan.env.push(("NCCL_IB_HCA", format!("={hcas}")));
-    let (nccl, ucx) = if let (true, Some(index)) = (same_index, first) {
-        plan.env.push(("NCCL_IB_GID_INDEX", index.to_string()));
-        plan.env.push(("UCX_NET_DEVICES", hcas));
-        plan.env.push(("UCX_IB_GID_INDEX", index.to_string()));
-        plan.unset = vec![
-            "NCCL_IB_ADDR_FAMILY",
-            "NCCL_IB_ADDR_RANGE",
-            "NCCL_IB_ROCE_VERSION_NUM",
-            "UCX_IB_ROCE_SUBNETS",
-        ];
-        let nccl = NcclEnv {
-            gid_index: Some(index),
-            ..NcclEnv::default()
-        };
-        let ucx = UcxEnv {
-            gid_index: Some(index),
-            roce_subnets: Vec::new(),
-        };
-        (nccl, ucx)
-    } else {
-        let (nccl, ucx) = steer(rails)?;
-        plan.env
-            .push(("NCCL_IB_ADDR_FAMILY", nccl.family.name().to_string()));
-        if let Some(range) = &nccl.range {
-            plan.env.push(("NCCL_IB_ADDR_RANGE", range.to_string()));
-        }
-        plan.env
-            .push(("NCCL_IB_ROCE_VERSION_NUM", nccl.roce_version.to_string()));
-        plan.env.push(("UCX_NET_DEVICES", hcas));
-        let subnets: Vec<String> = ucx.roce_subnets.iter().map(Prefix::to_string).collect();
-        plan.env.push(("UCX_IB_ROCE_SUBNETS", subnets.join(",")));
-        plan.unset = vec!["NCCL_IB_GID_INDEX", "UCX_IB_GID_INDEX"];
-        if nccl.range.is_none() {
-            plan.unset.push("NCCL_IB_ADDR_RANGE");
-        }
-        plan.notes.push(format!(
-            "GID indexes differ between rails ({}): needs NCCL >= 2.21.5 (automatic GID \
-             selection) and UCX >= 1.18 (UCX_IB_ROCE_SUBNETS)",
-            rails
-                .iter()
-                .map(|r| format!("{}={}", r.ifname, r.roce.gid_index))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
-        let strict_ok = rails
-            .iter()
-            .all(|r| nccl_gid_index(&r.table, &nccl, NcclTypeRead::Strict) == Ok(r.roce.gid_index));
-        if !strict_ok {
-            plan.notes.push(
-                "NCCL 2.21-2.25 fail on this GID table (they abort on GID types unreadable from \
-                 the pod); use NCCL >= 2.26"
-                    .to_string(),
-            );
-        }
-        (nccl, ucx)
-    };
-    verify(rails, &nccl, &ucx)?;
-    Ok(plan)
-}
-
-/// Family/range for NCCL and subnets for UCX, when indexes differ between rails.
-fn steer(rails: &[Rail]) -> Result<(NcclEnv, UcxEnv), EnvError> {
-    let family = gid_family(&rails[0].roce.gid);
-    if let Some(other) = rails.iter().find(|r| gid_family(&r.roce.gid) != family) {
-        return Err(EnvError::Unexpressible(format!(
-            "rails {} and {} have GIDs of different families ({} and {}) at different \
-             indexes, and NCCL_IB_ADDR_FAMILY applies to every rail; give the rails one family",
-            rails[0].ifname, other.ifname, rails[0].roce.gid, other.roce.gid
-        )));
-    }
-    let addrs: Vec<IpAddr> = rails.iter().map(|r| gid_address(&r.roce.gid)).collect();
-    // NCCL takes one range for all rails: the longest prefix holding every rail's address is
-    // the most selective; shorter ones are tried in case a quirk of the scan needs them.
-    let longest = common_prefix_len(&addrs);
-    let mut nccl = None;
-    for len in (0..=longest).rev() {
-        let candidate = NcclEnv {
-            gid_index: None,
-            family,
-            range: (len > 0).then(|| Prefix::new(addrs[0], len)),
-            roce_version: 2,
-        };
-        let all = rails.iter().all(|r| {
-            nccl_gid_index(&r.table, &candidate, NcclTypeRead::Tolerant) == Ok(r.roce.gid_index)
-        });
-        if all {
-            nccl = Some(candidate);
-            break;
-        }
-    }
-    let Some(nccl) = nccl else {
-        let range = NcclEnv {
-            gid_index: None,
-            family,
-            range: Some(Prefix::new(addrs[0], longest)),
-            roce_version: 2,
-        };
-        let wrong: Vec<String> = rails
-            .iter()
-            .filter_map(
-                |r| match nccl_gid_index(&r.table, &range, NcclTypeRead::Tolerant) {
-                    Ok(i) if i == r.roce.gid_index => None,
-                    Ok(i) => Some(format!(
-                        "on {} ({}) NCCL would take index {i}, not {}",
-                        r.ifname,
-                        hca(r),
-                        r.roce.gid_index
-                    )),
-                    Err(e) => Some(format!("on {}: {e}", r.ifname)),
-                },
-            )
-            .collect();
-        return Err(EnvError::Unexpressible(format!(
-            "with NCCL_IB_ADDR_FAMILY={} NCCL_IB_ADDR_RANGE={} {}",
-            family.name(),
-            range.range.map_or_else(String::new, |r| r.to_string()),
-            wrong.join("; ")
-        )));
-    };
-    // UCX takes a list: each rail's own address, exactly.
-    let mut roce_subnets: Vec<Prefix> = Vec::new();
-    for addr in &addrs {
-        let p = Prefix::new(*addr, if addr.is_ipv4() { 32 } else { 128 });
-        if !roce_subnets.contains(&p) {
-            roce_subnets.push(p);
-        }
-    }
-    let ucx = UcxEnv {
-        gid_index: None,
-        roce_subnets,
-    };
-    Ok((nccl, ucx))
-}
-
-/// Length of the longest prefix shared by all addresses (all of one family).
-fn common_prefix_len(addrs: &[IpAddr]) -> u8 {
-    let bits = |a: &IpAddr| match a {
-        IpAddr::V4(v) => (u128::from(u32::from(*v)) << 96, 32u32),
-        IpAddr::V6(v) => (u128::from(*v), 128u32),
-    };
-    let (first, width) = bits(&addrs[0]);
-    let diff = addrs.iter().fold(0u128, |acc, a| acc | (bits(a).0 ^ first));
-    diff.leading_zeros().min(width) as u8
-}
-
-/// Every model must land on every rail's reported GID.
-fn verify(rails: &[Rail], nccl: &NcclEnv, ucx: &UcxEnv) -> Result<(), EnvError> {
-    for rail in rails {
-        let want = rail.roce.gid_index;
-        let n = nccl_gid_index(&rail.table, nccl, NcclTypeRead::Tolerant);
-        if n != Ok(want) {
-            return Err(EnvError::Unexpressible(format!(
-                "on {} ({}) NCCL would use {n:?} instead of GID index {want} (two attachments on \
-                 one RDMA port?)",
-                rail.ifname,
-                hca(rail)
-            )));
-        }
-        for version in [UcxVersion::V1_18, UcxVersion::V1_21] {
-            let u = ucx_gid_index(&rail.table, ucx, version);
-            if u != Ok(want) {
-                return Err(EnvError::Unexpressible(format!(
-                    "on {} ({}) UCX ({version:?}) would use {u:?} instead of GID index {want}",
-                    rail.ifname,
-                    hca(rail)
-                )));
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Single-quotes a value for POSIX shells.
-fn shell_quote(value: &str) -> String {
-    format!("'{}'", value.replace('\'', r"'\''"))
-}
-
-pub fn render(format: Format, rails: &[Rail], plan: &Plan) -> String {
-    let mut out = String::new();
-    match format {
-        Format::Shell => {
-            for note in &plan.notes {
-                let _ = writeln!(out, "# {note}");
-            }
-            if !plan.unset.is_empty() {
-                let _ = writeln!(out, "unset {}", plan.unset.join(" "));
-            }
-            for (key, value) in &plan.env {
-                let _ = writeln!(out, "export {key}={}", shell_quote(value));
-            }
-        }
-        Format::NcclConf => {
-            let _ = writeln!(
-                out,
-                "# NCCL settings for this pod's roce-ipvlan rails (roce-ipvlan env). Environment \
-                 variables override this file."
-            );
-            for note in &plan.notes {
-                let _ = writeln!(out, "# {note}");
-            }
-            let unset: Vec<&str> = plan
-                .unset
-                .iter()
-                .copied()
-                .filter(|k| k.starts_with("NCCL_"))
-                .collect();
-            if !unset.is_empty() {
-                let _ = writeln!(
-                    out,
-                    "# must not be set in the environment: {}",
-                    unset.join(" ")
-                );
-            }
-            for (key, value) in plan.env.iter().filter(|(k, _)| k.starts_with("NCCL_")) {
-                let _ = writeln!(out, "{key}={value}");
-            }
-        }
-        Format::Json => {
-            let env: serde_json::Map<String, Value> = plan
-                .env
-                .iter()
-                .map(|(k, v)| (k.to_string(), Value::String(v.clone())))
-                .collect();
-            let doc = json!({
-                "rails": rails.iter().map(|r| json!({
-                    "interface": r.ifname,
-                    "rdmaDevice": r.roce.rdma_device,
-                    "port": r.roce.port,
-                    "gidIndex": r.roce.gid_index,
-                    "gid": r.roce.gid.to_string(),
-                })).collect::<Vec<_>>(),
-                "sameGidIndex": rails.iter().all(|r| r.roce.gid_index == rails[0].roce.gid_index),
-                "env": env,
-                "unset": plan.unset,
-                "notes": plan.notes,
-            });
-            let _ = writeln!(
-                out,
-                "{}",
-                serde_json::to_string_pretty(&doc).expect("a JSON value always serializes")
-            );
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
+    use super::discover::check_rail;
+    use super::plan::common_prefix_len;
     use super::select::tests::EMPTY;
-    use super::select::Family;
+    use super::select::{
+        nccl_gid_index, ucx_gid_index, Family, NcclEnv, NcclTypeRead, Prefix, UcxEnv, UcxVersion,
+    };
     use super::*;
+    use crate::rdma::{GidTable, GidType};
+    use serde_json::Value;
+    use std::fs;
+    use std::net::IpAddr;
     use std::net::Ipv6Addr;
 
     fn s(gid: &str, version: u8) -> Gid {

@@ -1,0 +1,81 @@
+//! Rendering: a plan as shell lines, JSON or an nccl.conf.
+
+use std::fmt::Write as _;
+
+use serde_json::{json, Value};
+
+use super::{Format, Plan, Rail};
+
+/// Single-quotes a value for POSIX shells.
+pub(super) fn shell_quote(value: &str) -> String {
+    format!("'{}'", value.replace('\'', r"'\''"))
+}
+
+pub fn render(format: Format, rails: &[Rail], plan: &Plan) -> String {
+    let mut out = String::new();
+    match format {
+        Format::Shell => {
+            for note in &plan.notes {
+                let _ = writeln!(out, "# {note}");
+            }
+            if !plan.unset.is_empty() {
+                let _ = writeln!(out, "unset {}", plan.unset.join(" "));
+            }
+            for (key, value) in &plan.env {
+                let _ = writeln!(out, "export {key}={}", shell_quote(value));
+            }
+        }
+        Format::NcclConf => {
+            let _ = writeln!(
+                out,
+                "# NCCL settings for this pod's roce-ipvlan rails (roce-ipvlan env). Environment \
+                 variables override this file."
+            );
+            for note in &plan.notes {
+                let _ = writeln!(out, "# {note}");
+            }
+            let unset: Vec<&str> = plan
+                .unset
+                .iter()
+                .copied()
+                .filter(|k| k.starts_with("NCCL_"))
+                .collect();
+            if !unset.is_empty() {
+                let _ = writeln!(
+                    out,
+                    "# must not be set in the environment: {}",
+                    unset.join(" ")
+                );
+            }
+            for (key, value) in plan.env.iter().filter(|(k, _)| k.starts_with("NCCL_")) {
+                let _ = writeln!(out, "{key}={value}");
+            }
+        }
+        Format::Json => {
+            let env: serde_json::Map<String, Value> = plan
+                .env
+                .iter()
+                .map(|(k, v)| (k.to_string(), Value::String(v.clone())))
+                .collect();
+            let doc = json!({
+                "rails": rails.iter().map(|r| json!({
+                    "interface": r.ifname,
+                    "rdmaDevice": r.roce.rdma_device,
+                    "port": r.roce.port,
+                    "gidIndex": r.roce.gid_index,
+                    "gid": r.roce.gid.to_string(),
+                })).collect::<Vec<_>>(),
+                "sameGidIndex": rails.iter().all(|r| r.roce.gid_index == rails[0].roce.gid_index),
+                "env": env,
+                "unset": plan.unset,
+                "notes": plan.notes,
+            });
+            let _ = writeln!(
+                out,
+                "{}",
+                serde_json::to_string_pretty(&doc).expect("a JSON value always serializes")
+            );
+        }
+    }
+    out
+}
