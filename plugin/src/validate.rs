@@ -863,22 +863,23 @@ fn offered_resources(policy: &Value) -> Vec<String> {
             .and_then(|c| c.get(list).and_then(Value::as_array).cloned())
             .unwrap_or_default()
     };
-    for r in config("/spec/sriovDevicePlugin/config", "resourceList") {
-        if let Some(name) = r.get("resourceName").and_then(Value::as_str) {
-            let prefix = r
-                .get("resourcePrefix")
-                .and_then(Value::as_str)
-                .unwrap_or("intel.com");
-            out.push(format!("{prefix}/{name}"));
-        }
-    }
-    for r in config("/spec/rdmaSharedDevicePlugin/config", "configList") {
-        if let Some(name) = r.get("resourceName").and_then(Value::as_str) {
-            let prefix = r
-                .get("resourcePrefix")
-                .and_then(Value::as_str)
-                .unwrap_or("rdma");
-            out.push(format!("{prefix}/{name}"));
+    // (configuration, its list, the resourcePrefix each plugin defaults to)
+    for (path, list, default_prefix) in [
+        (
+            "/spec/sriovDevicePlugin/config",
+            "resourceList",
+            "intel.com",
+        ),
+        ("/spec/rdmaSharedDevicePlugin/config", "configList", "rdma"),
+    ] {
+        for r in config(path, list) {
+            if let Some(name) = r.get("resourceName").and_then(Value::as_str) {
+                let prefix = r
+                    .get("resourcePrefix")
+                    .and_then(Value::as_str)
+                    .unwrap_or(default_prefix);
+                out.push(format!("{prefix}/{name}"));
+            }
         }
     }
     out
@@ -957,6 +958,21 @@ spec:
     { "cniVersion": "1.0.0", "name": "rail3", "type": "roce-ipvlan", "master": "rdma3",
       "ipam": { "type": "nv-ipam", "poolName": "p" } }
 "#;
+
+    #[test]
+    fn offered_resources_of_both_device_plugins_with_their_default_prefixes() {
+        let sriov = r#"{"resourceList": [{"resourceName": "vf_a"},
+            {"resourceName": "vf_b", "resourcePrefix": "nvidia.com"}]}"#;
+        let shared = r#"{"configList": [{"resourceName": "shared_a"}]}"#;
+        let policy = json!({"spec": {
+            "sriovDevicePlugin": {"config": sriov},
+            "rdmaSharedDevicePlugin": {"config": shared},
+        }});
+        assert_eq!(
+            offered_resources(&policy),
+            ["intel.com/vf_a", "nvidia.com/vf_b", "rdma/shared_a"]
+        );
+    }
 
     #[test]
     fn a_good_nad_is_ok() {
