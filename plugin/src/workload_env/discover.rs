@@ -113,3 +113,59 @@ pub fn check_rail(ifname: String, roce: Roce, table: &GidTable) -> Result<Rail, 
         table: slots,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload_env::plan::tests::rail;
+
+    fn table(slots: Vec<Gid>) -> GidTable {
+        GidTable {
+            port: RdmaPort {
+                device: "rxe0".into(),
+                port: 1,
+            },
+            slots,
+        }
+    }
+
+    fn entry(index: u32, gid: &str, t: GidType) -> Gid {
+        Gid {
+            index,
+            gid: Some(gid.parse().unwrap()),
+            gid_type: Some(t),
+            ndev: Some("net1".into()),
+        }
+    }
+
+    #[test]
+    fn stale_gid_is_an_error_naming_the_rail() {
+        let roce = rail("net1", "rxe0", 1, "::ffff:10.9.0.7", vec![]).roce;
+        let gone = table(vec![entry(0, "fe80::1", GidType::RoceV2), Gid::zero(1)]);
+        let err = check_rail("net1".into(), roce.clone(), &gone).unwrap_err();
+        assert!(
+            err.to_string().starts_with("rail net1 (rxe0 port 1)"),
+            "{err}"
+        );
+        assert!(err.to_string().contains("empty"), "{err}");
+        let moved = table(vec![entry(1, "::ffff:10.9.0.8", GidType::RoceV2)]);
+        assert!(check_rail("net1".into(), roce.clone(), &moved)
+            .unwrap_err()
+            .to_string()
+            .contains("holds ::ffff:10.9.0.8"));
+        let v1 = table(vec![entry(1, "::ffff:10.9.0.7", GidType::RoceV1)]);
+        assert!(check_rail("net1".into(), roce.clone(), &v1).is_err());
+        let short = table(vec![Gid::zero(0)]);
+        assert!(check_rail("net1".into(), roce.clone(), &short).is_err());
+        let ok = table(vec![
+            Gid::zero(0),
+            entry(1, "::ffff:10.9.0.7", GidType::RoceV2),
+        ]);
+        let r = check_rail("net1".into(), roce.clone(), &ok).unwrap();
+        assert_eq!(r.table, ok.slots);
+        // A gap in the slots (not seen from sysfs) reads as zeros at its position.
+        let gap = table(vec![entry(1, "::ffff:10.9.0.7", GidType::RoceV2)]);
+        let r = check_rail("net1".into(), roce, &gap).unwrap();
+        assert_eq!(r.table, ok.slots);
+    }
+}

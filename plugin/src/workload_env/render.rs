@@ -79,3 +79,43 @@ pub fn render(format: Format, rails: &[Rail], plan: &Plan) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload_env::plan::plan;
+    use crate::workload_env::plan::tests::{rail, upstream_v4};
+
+    #[test]
+    fn renders_every_format() {
+        let (t, i) = upstream_v4("10.9.0.7", &[]);
+        let rails = vec![rail("net1", "mlx5_6", i, "::ffff:10.9.0.7", t)];
+        let plan = plan(&rails).unwrap();
+        let shell = render(Format::Shell, &rails, &plan);
+        assert_eq!(
+            shell,
+            "unset NCCL_IB_ADDR_FAMILY NCCL_IB_ADDR_RANGE NCCL_IB_ROCE_VERSION_NUM UCX_IB_ROCE_SUBNETS\n\
+             export NCCL_IB_HCA='=mlx5_6:1'\n\
+             export NCCL_IB_GID_INDEX='1'\n\
+             export UCX_NET_DEVICES='mlx5_6:1'\n\
+             export UCX_IB_GID_INDEX='1'\n"
+        );
+        let conf = render(Format::NcclConf, &rails, &plan);
+        assert!(
+            conf.contains("\nNCCL_IB_HCA==mlx5_6:1\nNCCL_IB_GID_INDEX=1\n"),
+            "{conf}"
+        );
+        assert!(!conf.contains("UCX_"), "{conf}");
+        let doc: Value = serde_json::from_str(&render(Format::Json, &rails, &plan)).unwrap();
+        assert_eq!(doc["rails"][0]["interface"], "net1");
+        assert_eq!(doc["rails"][0]["gidIndex"], 1);
+        assert_eq!(doc["rails"][0]["gid"], "::ffff:10.9.0.7");
+        assert_eq!(doc["env"]["NCCL_IB_GID_INDEX"], "1");
+        assert_eq!(doc["sameGidIndex"], true);
+    }
+
+    #[test]
+    fn shell_quoting() {
+        assert_eq!(shell_quote("a'b"), r"'a'\''b'");
+    }
+}
