@@ -369,6 +369,17 @@ mod tests {
     }
 
     #[test]
+    fn a_slot_names_itself_for_messages() {
+        let slot = entry(3, "::ffff:10.9.0.8", GidType::RoceV2, "net1");
+        assert_eq!(slot.to_string(), "3=::ffff:10.9.0.8 (RoCE v2, net1)");
+        assert_eq!(
+            untyped(5, "fe80::1").to_string(),
+            "5=fe80::1 (type ?, ndev ?)"
+        );
+        assert_eq!(Gid::zero(4).to_string(), "4=all zeros");
+    }
+
+    #[test]
     fn roce_gid_of_ipv4_is_v4_mapped() {
         let gid = roce_gid(IpAddr::V4(Ipv4Addr::new(10, 9, 0, 7)));
         assert_eq!(gid, "::ffff:10.9.0.7".parse::<Ipv6Addr>().unwrap());
