@@ -45,8 +45,8 @@ enum Step {
 }
 
 impl Step {
-    #[cfg(feature = "failpoints")]
     /// The failpoint that makes this step's undo fail (failpoint.rs).
+    #[cfg(feature = "failpoints")]
     fn undo_failpoint(&self) -> &'static str {
         match self {
             Step::Link { .. } => "undo-link",
@@ -506,6 +506,7 @@ async fn rollback(r: &Ready<'_>, undo: UndoStack<Step>) -> Vec<FailedUndo> {
     failed
 }
 
+/// Takes back one step of a failed ADD.
 async fn undo_step(r: &Ready<'_>, step: &Step) -> Result<()> {
     failpoint!(step.undo_failpoint());
     match step {
