@@ -2,21 +2,25 @@
 #
 #   make build     debug build of the plugin (target/debug/roce-ipvlan, what the VM tests run)
 #   make unit      cargo unit and contract tests
-#   make lint      rustfmt check, clippy with warnings as errors, bash -n and shellcheck on every
-#                  shell script (.shellcheckrc), the version and the module table (docs/design.md)
+#   make lint      rustfmt check, clippy with warnings as errors (also with the failpoints
+#                  feature), bash -n and shellcheck on every shell script (.shellcheckrc), the
+#                  version and the module table (docs/design.md)
 #   make vm-test   build, then boot the test VM and run tests/vm/suite
 #   make vm-suite  the VM suite only, with whatever binary ROCE_IPVLAN_BIN points at
 #   make validate-manifests  YAML under deploy/ and examples/: parses, Kubernetes schemas, and
 #                  every NAD's config through `roce-ipvlan validate` (tests/validate-manifests.sh)
 #   make vm-traffic  pod-to-pod traffic between two emulated nodes, RoCE v2 with ib_write_bw,
 #                  in a VM booting trixie-backports' 7.x kernel (docs/traffic.md)
+#   make vm-rust   the privileged Rust tests (netlink verbs, netns entry, ADD's rollback at each
+#                  failpoint), built on the host with --features failpoints and run in the VM
+#                  (tests/vm/rust.sh)
 #   make vm-ofed   the OFED-view suite (tests/vm/suite/12-ofed.sh) in a VM whose RDMA core hides
 #                  other namespaces' GIDs as DOCA-OFED's does (VM_RDMA=ofed; the modules are built
 #                  once and cached, tests/vm/ofed/build.sh)
 #   make vm-traffic-ofed  the fix between pods on two nodes on the OFED view of the 7.x kernel,
 #                  and UCX failing in pods without an attachment there, passing once attached
-#   make test      lint + unit + validate-manifests + image-test + vm-test + vm-ofed + vm-traffic
-#                  + vm-traffic-ofed
+#   make test      lint + unit + validate-manifests + image-test + vm-test + vm-rust + vm-ofed
+#                  + vm-traffic + vm-traffic-ofed
 #                  (what CI runs)
 #   make image     static release binary built on the host, in a FROM scratch image of
 #                  deploy/Containerfile (podman; offline, no registry); IMAGE_ARCH=aarch64 for
@@ -58,7 +62,7 @@ RUST_TARGET = $(if $(filter arm64,$(IMAGE_ARCH)),aarch64,$(IMAGE_ARCH))-unknown-
 STATIC_BIN = target/$(RUST_TARGET)/release/roce-ipvlan
 IMAGE_CONTEXT = target/image/$(RUST_TARGET)
 
-.PHONY: build unit lint vm-test vm-suite test vm-shell demo deps validate-manifests static image image-test vm-traffic demo-traffic fuzz vm-ofed vm-traffic-ofed
+.PHONY: build unit lint vm-test vm-rust vm-suite test vm-shell demo deps validate-manifests static image image-test vm-traffic demo-traffic fuzz vm-ofed vm-traffic-ofed
 
 build:
 	$(CARGO) build --locked -p roce-ipvlan
@@ -69,6 +73,7 @@ unit:
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --locked --all-targets -- -D warnings
+	$(CARGO) clippy --locked --all-targets -p roce-ipvlan --features failpoints -- -D warnings
 	@for f in $(SHELL_SCRIPTS); do bash -n $$f || exit 1; done
 	shellcheck $(SHELL_SCRIPTS)
 	tests/check-version.sh
@@ -76,6 +81,10 @@ lint:
 
 vm-test: build
 	$(MAKE) vm-suite
+
+# Builds its own binaries (target/failpoints), so it needs no `make build`.
+vm-rust:
+	CARGO='$(CARGO)' tests/vm/rust.sh
 
 # 80-concurrency.sh alone takes about 15 min under TCG (docs/failure-modes.md#concurrency), so
 # the suite's VM gets more than run.sh's default 1200 s.
@@ -90,6 +99,7 @@ test:
 	$(MAKE) validate-manifests
 	$(MAKE) image-test
 	$(MAKE) vm-test
+	$(MAKE) vm-rust
 	$(MAKE) vm-ofed
 	$(MAKE) vm-traffic
 	$(MAKE) vm-traffic-ofed

@@ -8,7 +8,9 @@ use serde_json::Value;
 use crate::budget::Budget;
 use crate::cni::{CniResult, Env, Interface, IpConfig, Roce};
 use crate::config::{NetConf, SlaacConf};
+use crate::device_info;
 use crate::error::{Error, FailedUndo, Result};
+use crate::failpoint::failpoint;
 use crate::ipam::Ipam;
 use crate::ipvlan;
 use crate::lock;
@@ -39,6 +41,21 @@ enum Step {
         source: IpAddr,
         table: u32,
     },
+    DeviceInfo(device_info::Written),
+}
+
+impl Step {
+    /// The failpoint that makes this step's undo fail (failpoint.rs).
+    #[cfg(feature = "failpoints")]
+    fn undo_failpoint(&self) -> &'static str {
+        match self {
+            Step::Link { .. } => "undo-link",
+            Step::Ipam => "undo-ipam",
+            Step::Sysctl { .. } => "undo-sysctl",
+            Step::Rule { .. } => "undo-rule",
+            Step::DeviceInfo(_) => "undo-device-info",
+        }
+    }
 }
 
 impl std::fmt::Display for Step {
@@ -54,6 +71,7 @@ impl std::fmt::Display for Step {
             Step::Rule { source, table } => {
                 write!(f, "the rule \"from {source} lookup {table}\" in the pod")
             }
+            Step::DeviceInfo(written) => write!(f, "{written}"),
         }
     }
 }
@@ -209,6 +227,7 @@ async fn build(r: &Ready<'_>, undo: &mut UndoStack<Step>) -> Result<Value> {
     let child = ipvlan::create(r.env, &r.host, &r.pod, &r.netns, &r.master, r.conf.mtu).await?;
     undo.push(Step::Link { index: child.index });
     tracing::debug!(index = child.index, "child created");
+    failpoint!("after-child");
 
     let mut result = match &r.ipam {
         Some(ipam) => {
@@ -221,6 +240,7 @@ async fn build(r: &Ready<'_>, undo: &mut UndoStack<Step>) -> Result<Value> {
         None => CniResult::default(),
     };
     tracing::debug!(ips = result.ips.len(), "IPAM done");
+    failpoint!("after-ipam");
 
     let mut sysctls = conf.sysctls.clone();
     if conf.slaac.is_none() && result.ips.iter().any(|ip| ip.address.is_ipv6()) {
@@ -256,10 +276,12 @@ async fn build(r: &Ready<'_>, undo: &mut UndoStack<Step>) -> Result<Value> {
         });
     }
     written?;
+    failpoint!("after-sysctls");
 
     for ip in &result.ips {
         pod.add_address(child.index, ip.address).await?;
     }
+    failpoint!("after-addresses");
     // Subscribed before the link comes up, so that no address event is missed.
     let mut events = match &conf.slaac {
         Some(_) => Some(AddrEvents::subscribe(&r.netns)?),
@@ -267,6 +289,7 @@ async fn build(r: &Ready<'_>, undo: &mut UndoStack<Step>) -> Result<Value> {
     };
     pod.set_up(child.index).await?;
     tracing::debug!("sysctls set, addresses added, child up");
+    failpoint!("after-up");
 
     let plan = routing::plan(
         child.index,
@@ -280,6 +303,7 @@ async fn build(r: &Ready<'_>, undo: &mut UndoStack<Step>) -> Result<Value> {
         rules = plan.rules.len(),
         "routes installed"
     );
+    failpoint!("after-rules");
 
     let gid_addr = match (&conf.slaac, events.as_mut()) {
         (Some(slaac_conf), Some(events)) => {
@@ -334,6 +358,7 @@ async fn build(r: &Ready<'_>, undo: &mut UndoStack<Step>) -> Result<Value> {
 
     let roce = wait_for_gid(r, gid_addr).await?;
     tracing::debug!(gid_index = roce.gid_index, "GID visible in the pod");
+    failpoint!("after-gid");
     if !r.netns.still_at_path() {
         // The runtime deleted the pod while ADD ran: our fd kept the namespace alive, so every
         // step worked, but nobody can reach the attachment and the IPAM address would leak
@@ -344,9 +369,13 @@ async fn build(r: &Ready<'_>, undo: &mut UndoStack<Step>) -> Result<Value> {
         )));
     }
     pod.set_alias(child.index, &roce.ifalias()).await?;
+    failpoint!("after-alias");
     if let (Some(path), Some(pci)) = (&conf.device_info_file, &conf.rail.device_id) {
-        crate::device_info::write(path, pci, &roce.rdma_device)?;
+        if let Some(written) = device_info::write(path, pci, &roce.rdma_device)? {
+            undo.push(Step::DeviceInfo(written));
+        }
     }
+    failpoint!("after-device-info");
 
     result.interfaces = vec![Interface {
         name: env.ifname.clone(),
@@ -465,15 +494,7 @@ async fn restore_pod_wide(r: &Ready<'_>, saved: &sysctl::Saved, child: u32) -> R
 async fn rollback(r: &Ready<'_>, undo: UndoStack<Step>) -> Vec<FailedUndo> {
     let mut failed = Vec::new();
     for step in undo.unwind() {
-        let outcome = match &step {
-            Step::Rule { source, table } => delete_rule(&r.pod, *source, *table).await,
-            Step::Sysctl { saved, child } => restore_pod_wide(r, saved, *child).await,
-            Step::Ipam => match &r.ipam {
-                Some(ipam) => ipam.del(None),
-                None => Ok(()),
-            },
-            Step::Link { index } => r.pod.delete_link(*index).await,
-        };
+        let outcome = undo_step(r, &step).await;
         if let Err(e) = outcome {
             tracing::error!(?step, error = %e, "could not undo a step of the failed ADD");
             failed.push(FailedUndo {
@@ -483,6 +504,21 @@ async fn rollback(r: &Ready<'_>, undo: UndoStack<Step>) -> Vec<FailedUndo> {
         }
     }
     failed
+}
+
+/// Takes back one step of a failed ADD.
+async fn undo_step(r: &Ready<'_>, step: &Step) -> Result<()> {
+    failpoint!(step.undo_failpoint());
+    match step {
+        Step::DeviceInfo(written) => written.undo(),
+        Step::Rule { source, table } => delete_rule(&r.pod, *source, *table).await,
+        Step::Sysctl { saved, child } => restore_pod_wide(r, saved, *child).await,
+        Step::Ipam => match &r.ipam {
+            Some(ipam) => ipam.del(None),
+            None => Ok(()),
+        },
+        Step::Link { index } => r.pod.delete_link(*index).await,
+    }
 }
 
 async fn delete_rule(pod: &Netlink, source: IpAddr, table: u32) -> Result<()> {

@@ -94,8 +94,51 @@ pub fn document(existing: Option<&str>, pci_address: &str, rdma_device: &str) ->
     Some(Value::Object(doc))
 }
 
-/// Writes (or completes) the device-info file at ADD.
-pub fn write(path: &Path, pci_address: &str, rdma_device: &str) -> Result<()> {
+/// What ADD did to the device-info file, for its undo: the file's text before, `None` if ADD
+/// created it.
+#[derive(Debug)]
+pub struct Written {
+    path: PathBuf,
+    previous: Option<String>,
+}
+
+impl Written {
+    /// Puts the file back as it was before ADD: removed if ADD created it, else its old text.
+    pub fn undo(&self) -> Result<()> {
+        match &self.previous {
+            None => match fs::remove_file(&self.path) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => Err(Error::io(
+                    format!("cannot remove the device-info file {}", self.path.display()),
+                    e,
+                )),
+                _ => Ok(()),
+            },
+            Some(text) => {
+                crate::atomic_file::write(&self.path, text.as_bytes(), 0o644).map_err(|e| {
+                    Error::io(
+                        format!(
+                            "cannot restore the device-info file {}",
+                            self.path.display()
+                        ),
+                        e,
+                    )
+                })
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for Written {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.previous {
+            None => write!(f, "the device-info file {}", self.path.display()),
+            Some(_) => write!(f, "the rdma-device added to {}", self.path.display()),
+        }
+    }
+}
+
+/// Writes (or completes) the device-info file at ADD; `None` when it left the file as it was.
+pub fn write(path: &Path, pci_address: &str, rdma_device: &str) -> Result<Option<Written>> {
     let io_err = |what: &str, e: io::Error| {
         Error::io(format!("{what} device-info file {}", path.display()), e)
     };
@@ -106,7 +149,7 @@ pub fn write(path: &Path, pci_address: &str, rdma_device: &str) -> Result<()> {
     };
     let Some(doc) = document(existing.as_deref(), pci_address, rdma_device) else {
         tracing::warn!(path = %path.display(), "device-info file exists and describes another device; left as is");
-        return Ok(());
+        return Ok(None);
     };
     if let Some(dir) = path.parent() {
         fs::create_dir_all(dir).map_err(|e| io_err("cannot create the directory of the", e))?;
@@ -116,7 +159,10 @@ pub fn write(path: &Path, pci_address: &str, rdma_device: &str) -> Result<()> {
     crate::atomic_file::write(path, text.as_bytes(), 0o644)
         .map_err(|e| io_err("cannot write the", e))?;
     tracing::info!(path = %path.display(), pci_address, rdma_device, "device-info written");
-    Ok(())
+    Ok(Some(Written {
+        path: path.to_path_buf(),
+        previous: existing,
+    }))
 }
 
 /// Removes the device-info file at DEL; best-effort, a missing file is fine.
@@ -206,6 +252,34 @@ mod tests {
         remove(&path);
         assert!(!path.exists());
         remove(&path); // a second DEL
+    }
+
+    /// A failed ADD takes back what it wrote: a file it created goes, one the device plugin
+    /// wrote (Multus copied it) gets its own text back; a file it left alone gives no undo.
+    #[test]
+    fn undo_puts_the_file_back_as_it_was() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pod-net1");
+        let written = write(&path, "0000:3b:00.2", "mlx5_6").unwrap().unwrap();
+        assert!(
+            written.to_string().contains("the device-info file"),
+            "{written}"
+        );
+        written.undo().unwrap();
+        assert!(!path.exists());
+        written.undo().unwrap(); // already gone
+
+        let plugin = r#"{"type":"pci","version":"1.1.0","pci":{"pci-address":"0000:3b:00.2"}}"#;
+        fs::write(&path, plugin).unwrap();
+        let written = write(&path, "0000:3b:00.2", "mlx5_6").unwrap().unwrap();
+        assert_ne!(fs::read_to_string(&path).unwrap(), plugin);
+        written.undo().unwrap();
+        assert_eq!(fs::read_to_string(&path).unwrap(), plugin);
+
+        let other = r#"{"type":"pci","version":"1.1.0","pci":{"pci-address":"0000:af:00.1"}}"#;
+        fs::write(&path, other).unwrap();
+        assert!(write(&path, "0000:3b:00.2", "mlx5_6").unwrap().is_none());
+        assert_eq!(fs::read_to_string(&path).unwrap(), other);
     }
 
     /// Multus names the file per attachment, and network names may contain dots: the

@@ -16,6 +16,7 @@ pub(crate) mod del;
 pub(crate) mod device_info;
 pub(crate) mod diagnose;
 pub(crate) mod error;
+pub(crate) mod failpoint;
 pub(crate) mod gc;
 pub(crate) mod install;
 pub(crate) mod ipam;

@@ -580,3 +580,223 @@ fn route_table(msg: &netlink_packet_route::route::RouteMessage) -> u32 {
         })
         .unwrap_or(u32::from(msg.header.table))
 }
+
+/// Privileged: the verbs against the real kernel, in a namespace of their own on a Soft-RoCE
+/// rail (`ROCE_TEST_RAIL`, default rdma2). `make vm-rust` runs them in the VM (`--ignored`);
+/// each result is also read back with `ip`, not only with these same verbs.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+    use std::process::Command;
+
+    fn ip(args: &[&str]) -> String {
+        let out = Command::new("ip").args(args).output().expect("ip");
+        assert!(
+            out.status.success(),
+            "ip {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// A network namespace at /run/netns/NAME, deleted when dropped.
+    struct TestNs(String);
+
+    impl TestNs {
+        fn new(name: &str) -> (TestNs, Netns) {
+            let _ = Command::new("ip").args(["netns", "del", name]).output();
+            ip(&["netns", "add", name]);
+            let ns = Netns::open(Path::new(&format!("/run/netns/{name}"))).unwrap();
+            (TestNs(name.into()), ns)
+        }
+
+        fn ip(&self, args: &[&str]) -> String {
+            let mut all = vec!["-n", self.0.as_str()];
+            all.extend_from_slice(args);
+            ip(&all)
+        }
+    }
+
+    impl Drop for TestNs {
+        fn drop(&mut self) {
+            let _ = Command::new("ip").args(["netns", "del", &self.0]).output();
+        }
+    }
+
+    fn rail() -> String {
+        std::env::var("ROCE_TEST_RAIL").unwrap_or_else(|_| "rdma2".into())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    #[ignore = "privileged: run in the VM by make vm-rust"]
+    async fn link_verbs_create_rename_up_alias_delete() {
+        let (t, ns) = TestNs::new("nlverbs1");
+        let host = Netlink::current().unwrap();
+        let pod = Netlink::in_netns(&ns).unwrap();
+        let master = host.link_by_name(&rail()).await.unwrap().expect("the rail");
+        assert!(host.link_by_name("nlv-nothing").await.unwrap().is_none());
+
+        host.create_ipvlan_l2("nlv0", master.index, Some(1400), &ns)
+            .await
+            .unwrap();
+        // Created straight in the pod: never in the host.
+        assert!(host.link_by_name("nlv0").await.unwrap().is_none());
+        let child = pod.link_by_name("nlv0").await.unwrap().expect("the child");
+        assert_eq!(child.kind, Some(InfoKind::IpVlan));
+        assert_eq!(child.ipvlan_mode, Some(IpVlanMode::L2));
+        assert_eq!(child.parent, Some(master.index));
+        assert_eq!(child.mtu, 1400);
+        assert_eq!(child.mac, master.mac, "an IPvlan child has its rail's MAC");
+        assert!(!child.admin_up);
+        assert!(t
+            .ip(&["-d", "link", "show", "nlv0"])
+            .contains("ipvlan  mode l2"));
+
+        // A second child of that name in the same pod is refused.
+        let err = host
+            .create_ipvlan_l2("nlv0", master.index, None, &ns)
+            .await
+            .unwrap_err();
+        assert_eq!(err.netlink_errno(), Some(libc::EEXIST), "{err}");
+
+        pod.rename(child.index, "nlv1").await.unwrap();
+        pod.set_up(child.index).await.unwrap();
+        pod.set_alias(child.index, "rdma_dev=x port=1")
+            .await
+            .unwrap();
+        let renamed = pod.link_by_name("nlv1").await.unwrap().unwrap();
+        assert_eq!(renamed.index, child.index);
+        assert!(renamed.admin_up);
+        assert_eq!(renamed.alias.as_deref(), Some("rdma_dev=x port=1"));
+        let shown = t.ip(&["link", "show", "nlv1"]);
+        assert!(
+            shown.contains("UP") && shown.contains("alias rdma_dev=x port=1"),
+            "{shown}"
+        );
+        let names: Vec<String> = pod
+            .links()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|l| l.name)
+            .collect();
+        assert_eq!(names, ["lo", "nlv1"]);
+
+        pod.delete_link(child.index).await.unwrap();
+        assert!(pod.link_by_name("nlv1").await.unwrap().is_none());
+        assert_eq!(t.ip(&["-o", "link", "show"]).lines().count(), 1, "only lo");
+        // Already gone is not an error.
+        pod.delete_link(child.index).await.unwrap();
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    #[ignore = "privileged: run in the VM by make vm-rust"]
+    async fn address_route_and_rule_verbs() {
+        let (t, ns) = TestNs::new("nlverbs2");
+        let host = Netlink::current().unwrap();
+        let pod = Netlink::in_netns(&ns).unwrap();
+        let master = host.link_by_name(&rail()).await.unwrap().expect("the rail");
+        host.create_ipvlan_l2("nlv2", master.index, None, &ns)
+            .await
+            .unwrap();
+        let child = pod.link_by_name("nlv2").await.unwrap().unwrap();
+
+        let v4: IpNetwork = "10.88.0.5/24".parse().unwrap();
+        let v6: IpNetwork = "fd00:88::5/64".parse().unwrap();
+        // IPv6 is on by default in a new namespace, so the child takes the address.
+        pod.add_address(child.index, v4).await.unwrap();
+        pod.add_address(child.index, v6).await.unwrap();
+        let err = pod.add_address(child.index, v4).await.unwrap_err();
+        assert_eq!(err.netlink_errno(), Some(libc::EEXIST), "{err}");
+        pod.set_up(child.index).await.unwrap();
+        let mut addrs = pod.addresses(child.index).await.unwrap();
+        addrs.retain(|a| !matches!(a, IpNetwork::V6(n) if n.ip().segments()[0] == 0xfe80));
+        assert_eq!(addrs, [v4, v6]);
+        let six = pod.addresses6(child.index).await.unwrap();
+        assert!(
+            six.iter()
+                .any(|a| IpAddr::V6(a.addr) == v6.ip() && a.prefix == 64),
+            "{six:?}"
+        );
+        assert!(t
+            .ip(&["-4", "addr", "show", "nlv2"])
+            .contains("inet 10.88.0.5/24"));
+
+        let table = 10_000 + child.index;
+        let gw: IpAddr = "10.88.0.1".parse().unwrap();
+        pod.add_route(
+            table,
+            "10.88.0.0/24".parse().unwrap(),
+            None,
+            child.index,
+            Some(v4.ip()),
+        )
+        .await
+        .unwrap();
+        pod.add_route(
+            table,
+            "0.0.0.0/0".parse().unwrap(),
+            Some(gw),
+            child.index,
+            None,
+        )
+        .await
+        .unwrap();
+        let mut dsts = pod.table_destinations(table, false).await.unwrap();
+        dsts.sort();
+        let want: Vec<IpNetwork> = vec![
+            "0.0.0.0/0".parse().unwrap(),
+            "10.88.0.0/24".parse().unwrap(),
+        ];
+        assert_eq!(dsts, want);
+        let shown = t.ip(&["-4", "route", "show", "table", &table.to_string()]);
+        assert!(shown.contains("default via 10.88.0.1 dev nlv2"), "{shown}");
+        assert!(
+            shown
+                .lines()
+                .any(|l| l.starts_with("10.88.0.0/24 dev nlv2 ")
+                    && l.contains(" scope link src 10.88.0.5")),
+            "{shown}"
+        );
+
+        pod.add_rule(v4.ip(), table, 1000).await.unwrap();
+        pod.add_rule(v6.ip(), table, 1000).await.unwrap();
+        let shown = t.ip(&["-4", "rule", "show"]);
+        // "lookup N" at the end: a rule whose action is not "to table" prints a trailing type.
+        assert!(
+            shown
+                .lines()
+                .any(|l| l.trim_end() == format!("1000:\tfrom 10.88.0.5 lookup {table}")),
+            "{shown}"
+        );
+        for (family6, source) in [(false, v4.ip()), (true, v6.ip())] {
+            let ours: Vec<Rule> = pod
+                .rules(family6)
+                .await
+                .unwrap()
+                .into_iter()
+                .filter(|r| r.table == table)
+                .collect();
+            assert_eq!(ours.len(), 1, "IPv6 {family6}: {ours:?}");
+            assert_eq!(ours[0].source, Some(source));
+            pod.delete_rule(&ours[0]).await.unwrap();
+            pod.delete_rule(&ours[0]).await.unwrap(); // already gone
+            assert!(pod
+                .rules(family6)
+                .await
+                .unwrap()
+                .iter()
+                .all(|r| r.table != table));
+        }
+        assert!(!t.ip(&["-6", "rule", "show"]).contains(&table.to_string()));
+
+        // The table's routes go with the link.
+        pod.delete_link(child.index).await.unwrap();
+        assert!(pod
+            .table_destinations(table, false)
+            .await
+            .unwrap()
+            .is_empty());
+    }
+}

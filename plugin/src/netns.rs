@@ -224,4 +224,59 @@ mod tests {
         let ns = Netns::open(Path::new("/proc/self/ns/net")).unwrap();
         assert_eq!(ns.run(|| 41 + 1).unwrap(), 42);
     }
+
+    /// The namespace of the calling thread, by inode: /proc/thread-self, not /proc/self (the
+    /// main thread's).
+    fn thread_ns() -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata("/proc/thread-self/ns/net").unwrap().ino()
+    }
+
+    /// Privileged (a namespace of its own; `make vm-rust` runs it in the VM): `run` executes
+    /// the closure in the namespace, on another thread, and the caller's namespace never
+    /// changes, also when the closure panics.
+    #[test]
+    #[ignore = "privileged: run in the VM by make vm-rust"]
+    fn run_enters_the_namespace_on_its_own_thread_only() {
+        use std::process::Command;
+        let name = "nsenter1";
+        let _ = Command::new("ip").args(["netns", "del", name]).output();
+        let added = Command::new("ip").args(["netns", "add", name]).status();
+        assert!(added.unwrap().success(), "ip netns add {name}");
+        let ns = Netns::open(Path::new(&format!("/run/netns/{name}"))).unwrap();
+        let (_, pod_ino) = ns.id().unwrap();
+        let before = thread_ns();
+        assert_ne!(before, pod_ino);
+        assert!(!ns.is_own().unwrap());
+        ns.refuse_own().unwrap();
+
+        let caller = std::thread::current().id();
+        let (inside, thread) = ns
+            .run(|| (thread_ns(), std::thread::current().id()))
+            .unwrap();
+        assert_eq!(inside, pod_ino, "the closure ran in the pod");
+        assert_ne!(thread, caller, "on a thread of its own");
+        assert_eq!(thread_ns(), before, "the caller's namespace is unchanged");
+
+        // What the kernel resolves per thread follows: the pod's /proc/sys/net and links.
+        let lo_only = ns
+            .run(|| {
+                std::fs::read_dir("/proc/sys/net/ipv4/conf")
+                    .unwrap()
+                    .count()
+            })
+            .unwrap();
+        assert_eq!(lo_only, 3, "all, default, lo");
+
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            ns.run(|| panic!("inside")).unwrap();
+        }));
+        assert!(panicked.is_err(), "the panic reaches the caller");
+        assert_eq!(thread_ns(), before, "and the caller is still at home");
+
+        let _ = Command::new("ip").args(["netns", "del", name]).output();
+        // The open fd keeps the namespace; the path no longer names it.
+        assert!(!ns.still_at_path());
+        assert_eq!(ns.run(thread_ns).unwrap(), pod_ino);
+    }
 }
