@@ -74,17 +74,24 @@ pub struct AddrEvents {
 }
 
 impl AddrEvents {
-    /// Subscribes in `ns`; events that happen after this call are not missed.
-    pub fn subscribe(ns: &Netns) -> Result<AddrEvents> {
+    /// Subscribes in `ns`; events that happen after this call are not missed. `also` runs on
+    /// the same thread in `ns` (one thread into the namespace for both), for another socket
+    /// that must be opened there.
+    pub fn subscribe_with<T: Send>(
+        ns: &Netns,
+        also: impl FnOnce() -> T + Send,
+    ) -> Result<(AddrEvents, T)> {
         let runtime = tokio::runtime::Handle::current();
-        let (conn, _handle, rx) = ns
-            .run(move || {
-                let _guard = runtime.enter();
-                rtnetlink::new_multicast_connection(&[rtnetlink::MulticastGroup::Ipv6Ifaddr])
-            })?
-            .map_err(|e| Error::io("cannot subscribe to IPv6 address events", e))?;
+        let (subscribed, other) = ns.run(move || {
+            let _guard = runtime.enter();
+            let subscribed =
+                rtnetlink::new_multicast_connection(&[rtnetlink::MulticastGroup::Ipv6Ifaddr]);
+            (subscribed, also())
+        })?;
+        let (conn, _handle, rx) =
+            subscribed.map_err(|e| Error::io("cannot subscribe to IPv6 address events", e))?;
         tokio::spawn(conn);
-        Ok(AddrEvents { rx })
+        Ok((AddrEvents { rx }, other))
     }
 
     /// The next address event; `None` if the subscription ended.
