@@ -476,7 +476,12 @@ def render_profile(S, w):
       "port took about 16 ms (a socket and a dump per RDMA device, 17 dumps on 16 rails); it now uses "
       "one socket, asks the device sysfs ties to the rail first and stops at the first match. The "
       "sysctls took a thread each (about 15 ms with addresses and link up); they are now written from "
-      "one. The GID poll starts at 1 ms instead of 5. The figures above are after these changes.")
+      "one. The GID poll starts at 1 ms instead of 5. Later (issue #18): the IPAM plugin is "
+      "driven from the main thread with poll(2) instead of a thread per pipe (three thread starts "
+      "per IPAM call, ADD and DEL), a SLAAC ADD enters the pod once for its address subscription "
+      "and its router solicitation's socket (twice before, the second at the end of link-local "
+      "DAD), the threads share one malloc arena, a sysfs attribute is one read, and the runtime "
+      "is not shut down before the exit. The figures above are after these changes.")
     w(f"- **The GID wait** ({f0(ph.get('wait for the RoCE v2 GID'))} ms) is work the chain does not do: "
       "ADD returns only when the pod can see its RoCE v2 GID. The kernel adds the GID from a work item "
       "after the address, so the first read usually misses.")
