@@ -28,6 +28,10 @@ CONC = [int(x) for x in os.environ.get("BENCH_CONC", "1 8 32").split()]
 CONC_ROUNDS = int(os.environ.get("BENCH_CONC_ROUNDS", "2"))
 V6_TRIALS = int(os.environ.get("BENCH_V6_TRIALS", "5"))
 RSS_RUNS = int(os.environ.get("BENCH_RSS_RUNS", "9"))
+# The binary of an earlier commit (bench/run.sh, BENCH_BEFORE_REV) for the IPv6 "before" row.
+BEFORE_BIN = os.environ.get("BENCH_BEFORE_BIN", "")
+BEFORE_REV = os.environ.get("BENCH_BEFORE_REV", "")
+BEFORE_CNI_BIN = "/run/cni-before/bin"
 WORK = "/run/bench"
 TIMING = f"{WORK}/libcni-timing"
 IMPLS = ("roce", "chain")
@@ -340,12 +344,14 @@ def v6_trial(mode, rail_n, t):
                "monitor": text[-3000:]}
     else:
         new_pod(pod, v6=False)
+        # "before": `dad: wait` of the earlier commit's binary (BENCH_BEFORE_BIN).
+        dad, env = ("wait", driver_env(BEFORE_CNI_BIN)) if mode == "before" else (mode, driver_env())
         conf = write_json(f"{WORK}/v6-{mode}-{rail_n}.conflist", {
             "cniVersion": "1.0.0", "name": f"bench-v6-{mode}-{rail_n}",
             "plugins": [{"type": "roce-ipvlan", "master": RAILS[rail_n],
-                         "ipv6": {"slaac": True, "dad": mode}}]})
+                         "ipv6": {"slaac": True, "dad": dad}}]})
         mon = monitor(pod)
-        wall, _ = driver("add", conf, pod, ifname, pod, driver_env())
+        wall, _ = driver("add", conf, pod, ifname, pod, env)
         done = time.time()
         time.sleep(0.1)
         mon.terminate()
@@ -355,7 +361,7 @@ def v6_trial(mode, rail_n, t):
                "after_up_ms": (done - up) * 1e3 if up else None,
                "global_after_up_ms": (glob - up) * 1e3 if glob and up else None,
                "monitor": text[-3000:]}
-        driver("del", conf, pod, ifname, pod, driver_env())
+        driver("del", conf, pod, ifname, pod, env)
     del_pod(pod)
     return res
 
@@ -371,6 +377,15 @@ def bench_ipv6():
     rows = []
     last = {}
     modes = ["kernel", "wait", "optimistic", "off"]
+    if BEFORE_BIN:
+        # The earlier binary as roce-ipvlan in a CNI_PATH of its own, next to the same
+        # reference plugins; its trials are interleaved with the others'.
+        os.makedirs(BEFORE_CNI_BIN, exist_ok=True)
+        for name in os.listdir("/usr/lib/cni"):
+            if not os.path.exists(f"{BEFORE_CNI_BIN}/{name}"):
+                os.symlink(f"/usr/lib/cni/{name}", f"{BEFORE_CNI_BIN}/{name}")
+        os.symlink(BEFORE_BIN, f"{BEFORE_CNI_BIN}/roce-ipvlan")
+        modes.insert(2, "before")
     k = 0
     for t in range(V6_TRIALS):
         for mode in (modes if t % 2 == 0 else modes[::-1]):
@@ -501,7 +516,8 @@ def main():
                                        "scale_pods": SCALE_PODS, "conc": CONC,
                                        "conc_rounds": CONC_ROUNDS, "v6_trials": V6_TRIALS,
                                        "rss_runs": RSS_RUNS, "start_runs": START_RUNS,
-                                       "profile_runs": PROFILE_RUNS}}
+                                       "profile_runs": PROFILE_RUNS,
+                                       "before_rev": BEFORE_REV if BEFORE_BIN else None}}
     t0 = time.time()
     if "v4" in sections:
         log(f"IPv4: {PODS} pods x {len(RAILS)} rails per implementation")

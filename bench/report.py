@@ -46,6 +46,9 @@ def f2(x):
     return "–" if x is None or x != x else f"{x:.2f}"
 
 
+# The IPv6 modes in table order; "before" is `dad: wait` of an earlier commit (bench/run.sh).
+V6_MODES = ("kernel", "wait", "before", "optimistic", "off")
+
 # --- SVG ---
 COL = {"roce": "#1f77b4", "chain": "#d62728"}
 
@@ -220,7 +223,7 @@ def main():
     S["ipv6"] = {m: {"after_up": stats([r["after_up_ms"] for r in v6 if r["mode"] == m]),
                      "add": stats([r["add_ms"] for r in v6 if r["mode"] == m]),
                      "global_after_up": stats([r["global_after_up_ms"] for r in v6 if r["mode"] == m])}
-                 for m in ("kernel", "wait", "optimistic", "off")}
+                 for m in V6_MODES}
     write_csv(f"{a.out}/ipv6.csv", [{k: v for k, v in r.items() if k != "monitor"} for r in v6])
 
     # profile
@@ -258,7 +261,7 @@ def main():
     svg += svg_lines(560, 40, 380, 200, "per rail vs rails per pod: median ms", rails_x, scale, "rails per pod")
     svg += svg_lines(60, 350, 380, 200, "per attachment vs concurrent pods: batch ms / pods",
                      conc_x, conc_s, "concurrent pods")
-    modes = ("kernel", "wait", "optimistic", "off")
+    modes = [m for m in V6_MODES if S["ipv6"][m]["after_up"]["n"]]
     svg += svg_bars(560, 350, 380, 200, "IPv6 SLAAC: ms from link up to ready (median)",
                     [(m, {"x": S["ipv6"][m]["after_up"]["median"]})
                      for m in modes])
@@ -324,7 +327,10 @@ def render(S, rel):
     o = v6["optimistic"]["after_up"]["median"]
     w(f"| IPv6 `dad: optimistic` ready ≤ 300 ms after link up | median {f0(o)} ms, max {f0(v6['optimistic']['after_up']['max'])} ms | {target(o <= 300)} |")
     wm, km = v6["wait"]["after_up"]["median"], v6["kernel"]["after_up"]["median"]
-    w(f"| IPv6 `dad: wait` ready ≤ 300 ms after link up, DAD done | median {f0(wm)} ms, max {f0(v6['wait']['after_up']['max'])} ms (the kernel alone: {f0(km)} ms) | {target(wm <= 300)} |")
+    was = ""
+    if v6["before"]["after_up"]["n"]:
+        was = f"; before, {S['sizes'].get('before_rev')}: {f0(v6['before']['after_up']['median'])} ms"
+    w(f"| IPv6 `dad: wait` ready ≤ 300 ms after link up, DAD done | median {f0(wm)} ms, max {f0(v6['wait']['after_up']['max'])} ms (the kernel alone: {f0(km)} ms{was}) | {target(wm <= 300)} |")
     st = S["profile"].get("start_ms", {})
     if "/bin/true" in st and "roce-ipvlan" in st:
         d = st["roce-ipvlan"] - st["/bin/true"]
@@ -376,12 +382,20 @@ def render(S, rel):
       "child made by hand, IPv6 on, brought up, nothing else) the first global SLAAC address without "
       "`tentative`. *global* is the first notification of the global address; the kernel notifies a "
       "tentative address only with optimistic DAD, so for `kernel` and `wait` it is when DAD ended. "
-      "ADD is the whole `cnidriver add`.\n")
+      "ADD is the whole `cnidriver add`." + (
+          f" *wait, before* is `dad: wait` of the static build of commit {S['sizes']['before_rev']} "
+          "(`BENCH_BEFORE_REV` of bench/run.sh: the state before issue #18's short-DAD sequence), "
+          "its trials interleaved with the others in the same run." if v6["before"]["after_up"]["n"]
+          else "") + "\n")
     w("| mode | ready after link up: median / p90 / max | global address after link up (median) | ADD wall (median) |")
     w("|---|---|---|---|")
-    for m in ("kernel", "wait", "optimistic", "off"):
+    before = S["sizes"].get("before_rev")
+    for m in V6_MODES:
         d = v6[m]
-        w(f"| {m} (n={d['after_up']['n']}) | {f0(d['after_up']['median'])} / {f0(d['after_up']['p90'])} / "
+        if not d["after_up"]["n"]:
+            continue
+        label = f"wait, before ({before})" if m == "before" else m
+        w(f"| {label} (n={d['after_up']['n']}) | {f0(d['after_up']['median'])} / {f0(d['after_up']['p90'])} / "
           f"{f0(d['after_up']['max'])} | {f0(d['global_after_up']['median'])} | {f0(d['add']['median'])} |")
     w("")
     w("## Size, memory, CPU\n")
@@ -462,7 +476,12 @@ def render_profile(S, w):
       "port took about 16 ms (a socket and a dump per RDMA device, 17 dumps on 16 rails); it now uses "
       "one socket, asks the device sysfs ties to the rail first and stops at the first match. The "
       "sysctls took a thread each (about 15 ms with addresses and link up); they are now written from "
-      "one. The GID poll starts at 1 ms instead of 5. The figures above are after these changes.")
+      "one. The GID poll starts at 1 ms instead of 5. Later (issue #18): the IPAM plugin is "
+      "driven from the main thread with poll(2) instead of a thread per pipe (three thread starts "
+      "per IPAM call, ADD and DEL), a SLAAC ADD enters the pod once for its address subscription "
+      "and its router solicitation's socket (twice before, the second at the end of link-local "
+      "DAD), the threads share one malloc arena, a sysfs attribute is one read, and the runtime "
+      "is not shut down before the exit. The figures above are after these changes.")
     w(f"- **The GID wait** ({f0(ph.get('wait for the RoCE v2 GID'))} ms) is work the chain does not do: "
       "ADD returns only when the pod can see its RoCE v2 GID. The kernel adds the GID from a work item "
       "after the address, so the first read usually misses.")

@@ -6,7 +6,9 @@
 # docs/benchmarks.md (bench/report.py).
 #
 # Environment: BENCH_* sizes (see bench/guest.py; defaults are the published ones),
-# BENCH_RAILS (16), BENCH_OUT (docs/bench), BENCH_DOC (docs/benchmarks.md).
+# BENCH_RAILS (16), BENCH_OUT (docs/bench), BENCH_DOC (docs/benchmarks.md), BENCH_BEFORE_REV
+# (49f5276: the commit whose `dad: wait` the IPv6 section's "before" row measures; "none" skips
+# the row).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
@@ -27,6 +29,26 @@ if [[ -z $bin ]]; then
 	bin=$repo/target/$(uname -m)-unknown-linux-gnu/release/roce-ipvlan
 fi
 
+# The "before" row of the IPv6 section: the same static build of an earlier commit (by default
+# 49f5276, the state before issue #18's short-DAD sequence), from a temporary git worktree with
+# its own target directory under target/ (outside /tmp, so the VM sees it), trials interleaved
+# with the current binary's in the same run.
+before_rev=${BENCH_BEFORE_REV:-49f5276}
+before_bin=
+if [[ $before_rev != none ]]; then
+	bdir=$repo/target/bench-before
+	before_bin=$bdir/roce-ipvlan-$before_rev
+	if [[ ! -x $before_bin ]]; then
+		git -C "$repo" worktree remove --force "$bdir/src" 2>/dev/null || rm -rf "$bdir/src"
+		git -C "$repo" worktree prune
+		git -C "$repo" worktree add --detach "$bdir/src" "$before_rev"
+		(cd "$bdir/src" && RUSTFLAGS='-C target-feature=+crt-static' CARGO_TARGET_DIR=$bdir/target \
+			${CARGO:-cargo} build --locked --release --target "$(uname -m)-unknown-linux-gnu" -p roce-ipvlan)
+		cp "$bdir/target/$(uname -m)-unknown-linux-gnu/release/roce-ipvlan" "$before_bin"
+		git -C "$repo" worktree remove --force "$bdir/src"
+	fi
+fi
+
 others=$(pgrep -c qemu-system || true)
 rails=$(for ((i = 0; i < nrails; i++)); do printf 'rdma%d ' "$i"; done)
 log=$(mktemp "${TMPDIR:-/tmp}/roce-bench.XXXXXX")
@@ -37,7 +59,7 @@ trap 'rm -f "$log"' EXIT
 benv=()
 for v in $(compgen -e | grep '^BENCH_' || true); do benv+=("$v=${!v}"); done
 ROCE_IPVLAN_BIN=$bin VM_RAILS=${rails% } VM_PEERS=4 VM_TIMEOUT=${VM_TIMEOUT:-3000} \
-	tests/vm/run.sh env "${benv[@]}" python3 "$here/guest.py" | tee "$log"
+	tests/vm/run.sh env "${benv[@]}" BENCH_BEFORE_BIN="$before_bin" BENCH_BEFORE_REV="$before_rev" python3 "$here/guest.py" | tee "$log"
 grep '^@@BENCH-JSON ' "$log" | tail -n 1 | cut -d' ' -f2- >"$out/raw.json"
 [[ -s $out/raw.json ]] || { echo "bench: the VM printed no results" >&2; exit 1; }
 

@@ -284,7 +284,10 @@ async fn build(r: &Ready<'_>, undo: &mut UndoStack<Step>) -> Result<Value> {
     failpoint!("after-addresses");
     // Subscribed before the link comes up, so that no address event is missed.
     let mut events = match &conf.slaac {
-        Some(_) => Some(AddrEvents::subscribe(&r.netns)?),
+        Some(_) => {
+            let (events, socket) = AddrEvents::subscribe_with(&r.netns, slaac::RsSocket::open)?;
+            Some((events, socket?))
+        }
         None => None,
     };
     pod.set_up(child.index).await?;
@@ -306,13 +309,13 @@ async fn build(r: &Ready<'_>, undo: &mut UndoStack<Step>) -> Result<Value> {
     failpoint!("after-rules");
 
     let gid_addr = match (&conf.slaac, events.as_mut()) {
-        (Some(slaac_conf), Some(events)) => {
+        (Some(slaac_conf), Some((events, socket))) => {
             let share = r.budget.share(slaac_conf.ra_timeout);
             let slaac_conf = SlaacConf {
                 ra_timeout: share.limit,
                 ..slaac_conf.clone()
             };
-            let solicit = |src| slaac::solicit_router(&r.netns, child.index, &child.mac, src);
+            let solicit = |src| slaac::solicit_router(socket, child.index, &child.mac, src);
             let found = slaac::wait(
                 events,
                 pod,

@@ -13,10 +13,10 @@
 //! size of either can deadlock the two processes.
 
 use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -328,10 +328,11 @@ enum Failure {
     Io(&'static str, std::io::Error),
 }
 
-/// Writes `input` to the child's stdin while reading its stdout and stderr, each on a thread of
-/// its own, and waits for it until `deadline`; then kills its process group. The threads own
-/// their pipe ends and are not joined after a timeout: a grandchild that left the group may hold
-/// a pipe open, and must not hold the plugin too.
+/// Writes `input` to the child's stdin while reading its stdout and stderr, all three from this
+/// thread with poll(2), and waits for it until `deadline`; then kills its process group. (A
+/// thread per pipe costs the same three thread starts on every IPAM call, milliseconds each
+/// under emulation.) Reading ends at the deadline too: a grandchild that left the group may hold
+/// a pipe open, and must not hold the plugin.
 fn communicate(mut child: Child, input: Vec<u8>, deadline: Deadline) -> Result<Output, Failure> {
     let kill = |child: &mut Child| {
         // The group id is the child's pid (process_group(0)).
@@ -341,65 +342,80 @@ fn communicate(mut child: Child, input: Vec<u8>, deadline: Deadline) -> Result<O
         );
         let _ = child.wait();
     };
-    let (tx, rx) = mpsc::channel::<(bool, Vec<u8>)>();
-    let mut spawned = Ok(());
-    let mut spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
-        if spawned.is_ok() {
-            spawned = std::thread::Builder::new()
-                .name(name.into())
-                .spawn(f)
-                .map(drop);
-        }
-    };
-    if let Some(mut pipe) = child.stdin.take() {
-        // A plugin that exits without reading stdin closes the pipe: its exit status tells.
-        spawn("ipam-stdin", Box::new(move || drop(pipe.write_all(&input))));
-    }
-    for (is_stdout, pipe) in [
-        (
-            true,
-            child
-                .stdout
-                .take()
-                .map(|p| Box::new(p) as Box<dyn Read + Send>),
-        ),
-        (
-            false,
-            child
-                .stderr
-                .take()
-                .map(|p| Box::new(p) as Box<dyn Read + Send>),
-        ),
-    ] {
-        let Some(mut pipe) = pipe else { continue };
-        let tx = tx.clone();
-        spawn(
-            "ipam-output",
-            Box::new(move || {
-                let mut buf = Vec::new();
-                let _ = pipe.read_to_end(&mut buf);
-                let _ = tx.send((is_stdout, buf));
-            }),
-        );
-    }
-    drop(tx);
-    if let Err(e) = spawned {
+    let mut stdin = child.stdin.take();
+    let mut pipes = [
+        OutPipe::new(child.stdout.take()),
+        OutPipe::new(child.stderr.take()),
+    ];
+    let nonblocking = [stdin.as_ref().map(AsRawFd::as_raw_fd)]
+        .into_iter()
+        .chain(pipes.iter().map(|p| p.reader.as_ref().map(|_| p.fd)))
+        .flatten()
+        .try_for_each(set_nonblocking);
+    if let Err(e) = nonblocking {
         kill(&mut child);
-        return Err(Failure::Io("cannot start a thread to talk to it", e));
+        return Err(Failure::Io("cannot set its pipes non-blocking", e));
     }
-    let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+    let mut written = 0;
+    let mut chunk = [0u8; 16 * 1024];
     loop {
-        match rx.recv_timeout(deadline.at.saturating_duration_since(Instant::now())) {
-            Ok((true, buf)) => stdout = buf,
-            Ok((false, buf)) => stderr = buf,
-            // Both pipes reached end of file.
-            Err(mpsc::RecvTimeoutError::Disconnected) => break,
-            Err(mpsc::RecvTimeoutError::Timeout) => {
-                kill(&mut child);
-                return Err(Failure::TimedOut);
+        if written == input.len() {
+            // All written (or nothing to write): closing stdin is the end of the input.
+            stdin = None;
+        }
+        let mut fds: Vec<libc::pollfd> = Vec::with_capacity(3);
+        if let Some(pipe) = &stdin {
+            fds.push(pollfd(pipe.as_raw_fd(), libc::POLLOUT));
+        }
+        for pipe in pipes.iter().filter(|p| p.reader.is_some()) {
+            fds.push(pollfd(pipe.fd, libc::POLLIN));
+        }
+        if fds.is_empty() {
+            break;
+        }
+        let left = deadline.at.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            kill(&mut child);
+            return Err(Failure::TimedOut);
+        }
+        // Rounded up, so that the last wait does not end just before the deadline.
+        let ms = left.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
+        // SAFETY: `fds` is a valid array of `fds.len()` pollfd entries for the whole call.
+        let ready = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        if ready < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            kill(&mut child);
+            return Err(Failure::Io("cannot wait for its pipes", e));
+        }
+        for ready in fds.iter().filter(|f| f.revents != 0) {
+            if let Some(pipe) = stdin.as_mut().filter(|p| p.as_raw_fd() == ready.fd) {
+                match pipe.write(&input[written..]) {
+                    Ok(n) => written += n,
+                    Err(e) if would_wait(&e) => {}
+                    // A plugin that exits without reading stdin closes the pipe (EPIPE): its
+                    // exit status tells.
+                    Err(_) => stdin = None,
+                }
+                continue;
+            }
+            let Some(pipe) = pipes.iter_mut().find(|p| p.fd == ready.fd) else {
+                continue;
+            };
+            let Some(reader) = pipe.reader.as_mut() else {
+                continue;
+            };
+            match reader.read(&mut chunk) {
+                Ok(0) => pipe.reader = None,
+                Ok(n) => pipe.read.extend_from_slice(&chunk[..n]),
+                Err(e) if would_wait(&e) => {}
+                Err(_) => pipe.reader = None,
             }
         }
     }
+    let [stdout, stderr] = pipes.map(|p| p.read);
     // Both pipes are closed, so the plugin has (almost always) exited; one that closed them and
     // lives on still gets only until the deadline.
     let mut pause = Duration::from_millis(1);
@@ -425,6 +441,51 @@ fn communicate(mut child: Child, input: Vec<u8>, deadline: Deadline) -> Result<O
         stdout,
         stderr,
     })
+}
+
+/// One of the child's output pipes for [`communicate`]: the reader until end of file, what it
+/// read, its fd.
+struct OutPipe {
+    reader: Option<Box<dyn Read>>,
+    read: Vec<u8>,
+    fd: RawFd,
+}
+
+impl OutPipe {
+    fn new(pipe: Option<impl Read + AsRawFd + 'static>) -> OutPipe {
+        OutPipe {
+            fd: pipe.as_ref().map_or(-1, AsRawFd::as_raw_fd),
+            reader: pipe.map(|p| Box::new(p) as Box<dyn Read>),
+            read: Vec::new(),
+        }
+    }
+}
+
+fn pollfd(fd: RawFd, events: libc::c_short) -> libc::pollfd {
+    libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    }
+}
+
+fn would_wait(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+    )
+}
+
+/// O_NONBLOCK on the plugin's end of a pipe (the child's end is another open file and stays
+/// blocking).
+fn set_nonblocking(fd: RawFd) -> std::io::Result<()> {
+    // SAFETY: fcntl on a descriptor this function's caller owns and keeps open; no memory passed.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    // SAFETY: as above.
+    if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 fn describe_failure(kind: &str, command: &str, stdout: &str, stderr: &str) -> Error {

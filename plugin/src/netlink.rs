@@ -27,11 +27,16 @@ pub struct Netlink {
 /// Runs `work` on the one kind of runtime the plugin and its tools use: current-thread (the
 /// main thread drives every socket; namespaces are entered on threads of their own, netns.rs).
 pub fn block_on<F: std::future::Future>(work: F) -> Result<F::Output> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
+    Ok(runtime()?.block_on(work))
+}
+
+/// The runtime `block_on` uses, for a caller that ends the process after its work and so
+/// need not shut the runtime down (the CNI commands: `lib::dispatch`).
+pub fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| Error::io("cannot start the async runtime", e))?;
-    Ok(runtime.block_on(work))
+        .map_err(|e| Error::io("cannot start the async runtime", e))
 }
 
 /// What the plugin needs to know about a link.
@@ -96,17 +101,24 @@ pub struct AddrEvents {
 }
 
 impl AddrEvents {
-    /// Subscribes in `ns`; events that happen after this call are not missed.
-    pub fn subscribe(ns: &Netns) -> Result<AddrEvents> {
+    /// Subscribes in `ns`; events that happen after this call are not missed. `also` runs on
+    /// the same thread in `ns` (one thread into the namespace for both), for another socket
+    /// that must be opened there.
+    pub fn subscribe_with<T: Send>(
+        ns: &Netns,
+        also: impl FnOnce() -> T + Send,
+    ) -> Result<(AddrEvents, T)> {
         let runtime = tokio::runtime::Handle::current();
-        let (conn, _handle, rx) = ns
-            .run(move || {
-                let _guard = runtime.enter();
-                rtnetlink::new_multicast_connection(&[rtnetlink::MulticastGroup::Ipv6Ifaddr])
-            })?
-            .map_err(|e| Error::io("cannot subscribe to IPv6 address events", e))?;
+        let (subscribed, other) = ns.run(move || {
+            let _guard = runtime.enter();
+            let subscribed =
+                rtnetlink::new_multicast_connection(&[rtnetlink::MulticastGroup::Ipv6Ifaddr]);
+            (subscribed, also())
+        })?;
+        let (conn, _handle, rx) =
+            subscribed.map_err(|e| Error::io("cannot subscribe to IPv6 address events", e))?;
         tokio::spawn(conn);
-        Ok(AddrEvents { rx })
+        Ok((AddrEvents { rx }, other))
     }
 
     /// The next address event; `None` if the subscription ended.

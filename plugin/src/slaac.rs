@@ -26,7 +26,6 @@ use netlink_packet_route::address::AddressFlags;
 use crate::config::SlaacConf;
 use crate::error::{Error, Result};
 use crate::netlink::{Addr6, AddrEvent, AddrEvents, Netlink};
-use crate::netns::Netns;
 use crate::sysctl::DadMode;
 
 /// The SLAAC address ADD reports.
@@ -185,8 +184,31 @@ pub fn describe(addrs: &[Addr6], conf: &SlaacConf, router: Option<Ipv6Addr>) -> 
     }
 }
 
-/// Sends one router solicitation on link `ifindex` of the namespace, from `src`.
-pub fn solicit_router(netns: &Netns, ifindex: u32, mac: &[u8], src: RsSource) -> Result<()> {
+/// A raw packet socket for the router solicitation. Like a netlink socket it keeps the
+/// namespace it was opened in, so [`RsSocket::open`] runs on a thread in the pod (netns.rs) at
+/// the subscription to address events, and the solicitation leaves from the main thread
+/// without another thread into the pod at the moment the link-local becomes usable.
+pub struct RsSocket(OwnedFd);
+
+impl RsSocket {
+    /// Opens the socket in the calling thread's namespace.
+    pub fn open() -> Result<RsSocket> {
+        // Protocol 0: the socket only sends and never queues received frames.
+        // SAFETY: plain socket(2) call; the returned fd is checked and owned right away.
+        let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+        if fd < 0 {
+            return Err(Error::io(
+                "cannot send a router solicitation",
+                std::io::Error::last_os_error(),
+            ));
+        }
+        // SAFETY: fd is a fresh, valid descriptor that nothing else owns.
+        Ok(RsSocket(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+}
+
+/// Sends one router solicitation on link `ifindex` of the socket's namespace, from `src`.
+pub fn solicit_router(socket: &RsSocket, ifindex: u32, mac: &[u8], src: RsSource) -> Result<()> {
     let mac: [u8; 6] = mac.try_into().map_err(|_| {
         Error::Slaac(format!(
             "the child has a {}-byte link address, expected an Ethernet MAC",
@@ -194,8 +216,7 @@ pub fn solicit_router(netns: &Netns, ifindex: u32, mac: &[u8], src: RsSource) ->
         ))
     })?;
     let frame = router_solicitation(mac, src.addr, src.with_lladdr);
-    netns
-        .run(|| send_frame(ifindex, &frame))?
+    send_frame(&socket.0, ifindex, &frame)
         .map_err(|e| Error::io("cannot send a router solicitation", e))
 }
 
@@ -246,16 +267,8 @@ pub fn icmpv6_checksum(src: Ipv6Addr, dst: Ipv6Addr, msg: &[u8]) -> u16 {
     !(sum as u16)
 }
 
-/// Sends a raw Ethernet frame on `ifindex` of the calling thread's namespace.
-fn send_frame(ifindex: u32, frame: &[u8]) -> std::io::Result<()> {
-    // Protocol 0: the socket only sends and never queues received frames.
-    // SAFETY: plain socket(2) call; the returned fd is checked and owned right away.
-    let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: fd is a fresh, valid descriptor that nothing else owns.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+/// Sends a raw Ethernet frame on `ifindex` of the packet socket `fd`'s namespace.
+fn send_frame(fd: &OwnedFd, ifindex: u32, frame: &[u8]) -> std::io::Result<()> {
     // SAFETY: sockaddr_ll is plain old data; all-zero is a valid value to fill in.
     let mut to: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
     to.sll_family = libc::AF_PACKET as u16;

@@ -63,7 +63,7 @@ impl Sysfs {
     /// The port's state as sysfs prints it, e.g. `4: ACTIVE` or `1: DOWN` (`ports/<p>/state`).
     pub fn port_state(&self, port: &RdmaPort) -> io::Result<String> {
         let path = self.port_dir(port)?.join("state");
-        fs::read_to_string(&path)
+        read_small(&path)
             .map(|s| s.trim().to_string())
             .map_err(|e| with_path(e, &path))
     }
@@ -132,7 +132,7 @@ impl Sysfs {
         let mut near = sorted_names(&pci).unwrap_or_default();
         if near.is_empty() {
             for device in sorted_names(&self.class_dir()).unwrap_or_default() {
-                let parent = fs::read_to_string(self.class_dir().join(&device).join("parent"));
+                let parent = read_small(self.class_dir().join(&device).join("parent"));
                 if parent.is_ok_and(|p| p.trim() == ifname) {
                     near.push(device);
                 }
@@ -220,21 +220,44 @@ fn unreadable_as_none(read: io::Result<String>) -> io::Result<Option<String>> {
 }
 
 /// Reads `gid_attrs/<kind>/<index>` of a port directory: None if unreadable (EINVAL) or empty.
+/// A small file's text (a sysfs attribute is at most a page): open, read, close. sysfs hands
+/// an attribute out whole on the first read, so this skips the size query and the second read
+/// of `fs::read_to_string`, two syscalls per file that a GID poll and the rail lookup repeat.
+fn read_small(path: impl AsRef<Path>) -> io::Result<String> {
+    use std::io::Read;
+    let mut file = fs::File::open(path)?;
+    let mut buf = vec![0u8; 4096];
+    let mut len = 0;
+    loop {
+        match file.read(&mut buf[len..]) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+        if len < buf.len() {
+            // A short read of a small file is all of it (sysfs, and regular files in tests).
+            break;
+        }
+        buf.resize(buf.len() * 2, 0);
+    }
+    buf.truncate(len);
+    String::from_utf8(buf).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
 fn read_attr(port_dir: &Path, kind: &str, index: u32) -> io::Result<Option<String>> {
     let path = port_dir
         .join("gid_attrs")
         .join(kind)
         .join(index.to_string());
-    let text = unreadable_as_none(fs::read_to_string(&path)).map_err(|e| with_path(e, &path))?;
+    let text = unreadable_as_none(read_small(&path)).map_err(|e| with_path(e, &path))?;
     Ok(text.map(|t| t.trim().to_owned()).filter(|t| !t.is_empty()))
 }
 
 /// Reads `gids/<index>` of a port directory: None for the all-zero GID.
 fn read_gid(port_dir: &Path, index: u32) -> io::Result<Option<Ipv6Addr>> {
     let path = port_dir.join("gids").join(index.to_string());
-    let Some(text) =
-        unreadable_as_none(fs::read_to_string(&path)).map_err(|e| with_path(e, &path))?
-    else {
+    let Some(text) = unreadable_as_none(read_small(&path)).map_err(|e| with_path(e, &path))? else {
         return Ok(None);
     };
     let gid = parse_gid(&text).ok_or_else(|| {
