@@ -17,7 +17,7 @@ use crate::netns::Netns;
 use crate::rail;
 use crate::rdma::{self, GidType, RdmaPort, Sysfs, WaitError};
 use crate::routing::{self, RULE_PRIORITY};
-use crate::slaac;
+use crate::ipv6;
 use crate::sysctl;
 use crate::undo::UndoStack;
 use ipnetwork::IpNetwork;
@@ -288,8 +288,8 @@ async fn build(r: &Ready<'_>, undo: &mut UndoStack<Step>) -> Result<Value> {
                 ra_timeout: share.limit,
                 ..slaac_conf.clone()
             };
-            let solicit = |src| slaac::solicit_router(&r.netns, child.index, &child.mac, src);
-            let found = slaac::wait(
+            let solicit = |src| ipv6::solicit_router(&r.netns, child.index, &child.mac, src);
+            let found = ipv6::wait(
                 events,
                 pod,
                 child.index,
