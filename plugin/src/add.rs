@@ -6,23 +6,22 @@ use std::net::IpAddr;
 use serde_json::Value;
 
 use crate::budget::Budget;
-use crate::cni::{CniResult, Env, Interface, IpConfig, Roce};
-use crate::config::{NetConf, SlaacConf};
+use crate::cni::{CniResult, Env, Interface, Roce};
+use crate::config::NetConf;
 use crate::device_info;
 use crate::error::{Error, FailedUndo, Result};
 use crate::failpoint::failpoint;
 use crate::ipam::Ipam;
+use crate::ipv6;
 use crate::ipvlan;
 use crate::lock;
-use crate::netlink::{AddrEvents, Link, Netlink};
+use crate::netlink::{Link, Netlink};
 use crate::netns::Netns;
 use crate::rail;
 use crate::rdma::{self, GidType, RdmaPort, Sysfs, WaitError};
 use crate::routing::{self, RULE_PRIORITY};
-use crate::slaac;
 use crate::sysctl;
 use crate::undo::UndoStack;
-use ipnetwork::IpNetwork;
 use netlink_packet_route::link::InfoKind;
 
 /// A change made by ADD, and so something a failed ADD must take back.
@@ -243,22 +242,7 @@ async fn build(r: &Ready<'_>, undo: &mut UndoStack<Step>) -> Result<Value> {
     failpoint!("after-ipam");
 
     let mut sysctls = conf.sysctls.clone();
-    if conf.slaac.is_none() && result.ips.iter().any(|ip| ip.address.is_ipv6()) {
-        // An IPv6 address from IPAM (a placeholder, say) needs IPv6 on the child even when the
-        // pod has it off by default; as the reference ipvlan plugin does, on this link only.
-        if !conf
-            .sysctls
-            .iter()
-            .any(|s| s.key.ends_with(".ndisc_notify"))
-        {
-            sysctls.push(sysctl::validate(sysctl::NDISC_NOTIFY, "1", &env.ifname)?);
-        }
-        sysctls.push(sysctl::validate(
-            "net.ipv6.conf.IFNAME.disable_ipv6",
-            "0",
-            &env.ifname,
-        )?);
-    }
+    sysctls.extend(ipv6::sysctls(conf, &result.ips, &env.ifname)?);
     // Saving and writing the pod-wide values is one step for the other ADDs into this pod,
     // which may be undoing theirs (lock.rs); the child already exists, so an undo that runs
     // after this step sees it.
@@ -283,13 +267,7 @@ async fn build(r: &Ready<'_>, undo: &mut UndoStack<Step>) -> Result<Value> {
     }
     failpoint!("after-addresses");
     // Subscribed before the link comes up, so that no address event is missed.
-    let mut events = match &conf.slaac {
-        Some(_) => {
-            let (events, socket) = AddrEvents::subscribe_with(&r.netns, slaac::RsSocket::open)?;
-            Some((events, socket?))
-        }
-        None => None,
-    };
+    let slaac = ipv6::subscribe(&r.netns, conf)?;
     pod.set_up(child.index).await?;
     tracing::debug!("sysctls set, addresses added, child up");
     failpoint!("after-up");
@@ -308,49 +286,22 @@ async fn build(r: &Ready<'_>, undo: &mut UndoStack<Step>) -> Result<Value> {
     );
     failpoint!("after-rules");
 
-    let gid_addr = match (&conf.slaac, events.as_mut()) {
-        (Some(slaac_conf), Some((events, socket))) => {
-            let share = r.budget.share(slaac_conf.ra_timeout);
-            let slaac_conf = SlaacConf {
-                ra_timeout: share.limit,
-                ..slaac_conf.clone()
-            };
-            let solicit = |src| slaac::solicit_router(socket, child.index, &child.mac, src);
-            let found = slaac::wait(
-                events,
+    let gid_addr = match slaac {
+        Some(slaac) => {
+            let done = ipv6::configure(
+                slaac,
                 pod,
-                child.index,
+                &child,
                 &r.master.name,
-                &slaac_conf,
-                solicit,
+                conf,
+                r.budget,
+                &mut result,
             )
-            .await
-            .map_err(|e| match e {
-                Error::Slaac(msg) if share.cut => Error::Slaac(format!(
-                    "{msg} (the wait was cut to what was left of timeouts.totalMs {} ms)",
-                    r.conf.timeouts.total.as_millis()
-                )),
-                other => other,
-            })?;
-            let plan = routing::slaac_plan(
-                child.index,
-                found.network,
-                found.router,
-                conf.source_routing,
-            );
-            install_routes(r, undo, child.index, &plan).await?;
-            // The routable address goes first: consumers often take ips[0] as "the" address.
-            result.ips.insert(
-                0,
-                IpConfig {
-                    address: IpNetwork::V6(found.network),
-                    gateway: found.router.map(IpAddr::V6),
-                    interface: Some(0),
-                },
-            );
-            IpAddr::V6(found.network.ip())
+            .await?;
+            install_routes(r, undo, child.index, &done.routes).await?;
+            done.gid_addr
         }
-        _ => result
+        None => result
             .ips
             .iter()
             .map(|ip| ip.address.ip())

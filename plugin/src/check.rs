@@ -6,6 +6,7 @@ use crate::cni::{CniResult, Env, Roce};
 use crate::config::NetConf;
 use crate::error::{Error, Result};
 use crate::ipam::Ipam;
+use crate::ipv6;
 use crate::netlink::Netlink;
 use crate::netns::Netns;
 use crate::rail;
@@ -94,12 +95,8 @@ pub async fn check(env: &Env, conf: &NetConf) -> Result<()> {
         }
     }
 
-    // On a SLAAC rail the router's advertisements may rewrite some of them (sysctl.rs).
-    for s in conf
-        .sysctls
-        .iter()
-        .filter(|s| conf.slaac.is_none() || !sysctl::router_may_set(s))
-    {
+    // On a SLAAC rail the router's advertisements may rewrite some of them (ipv6.rs).
+    for s in conf.sysctls.iter().filter(|s| ipv6::checks_sysctl(conf, s)) {
         let found = netns.run(|| sysctl::read(s))??;
         if found != s.value {
             return differs(format!(
@@ -152,19 +149,8 @@ pub async fn check(env: &Env, conf: &NetConf) -> Result<()> {
             "expected ifalias \"rdma_dev=... port=... gid_index=... gid=...\", found {alias:?}"
         ));
     };
-    if conf.slaac.is_some() && conf.source_routing {
-        let table = routing::table_for(child.index);
-        let source = std::net::IpAddr::V6(roce.gid);
-        if !pod
-            .rules(true)
-            .await?
-            .iter()
-            .any(|r| r.table == table && r.source == Some(source))
-        {
-            return differs(format!(
-                "expected rule \"from {source} lookup {table}\", found none"
-            ));
-        }
+    if let Some(what) = ipv6::check(conf, &pod, child.index, roce.gid).await? {
+        return differs(what);
     }
     let port = crate::rdma::RdmaPort {
         device: roce.rdma_device.clone(),

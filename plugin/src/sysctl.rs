@@ -107,7 +107,7 @@ pub fn router_may_set(s: &Sysctl) -> bool {
 /// DAD of an address is one neighbour solicitation (`dad_transmits`) and a wait of the
 /// neighbour retransmit timer, after a random delay drawn from `router_solicitation_delay`
 /// (`addrconf_dad_kick`). With both short, the link-local is usable within `retrans`; the
-/// router solicitation sent from it then gets a unicast advertisement at once (slaac.rs), and
+/// router solicitation sent from it then gets a unicast advertisement at once (ipv6.rs), and
 /// the SLAAC address's DAD takes `retrans` again. A router advertisement with a Retrans Timer
 /// replaces `retrans` from then on (RFC 4861 6.3.4, `ndisc_router_discover`): the router's
 /// value wins for the SLAAC address.

@@ -1,3 +1,9 @@
+//! IPv6 of an attachment, in one place. ADD calls `sysctls` (the IPv6 sysctls its addresses
+//! need), `subscribe` before the child comes up and `configure` after (the SLAAC address, its
+//! routing plan, its place in the result); CHECK calls `checks_sysctl` and `check`. The SLAAC
+//! defaults and the DAD mode's sysctls are in sysctl.rs with the allowlist, the SLAAC routing
+//! plan in routing.rs, the address parser and events in netlink.rs.
+//!
 //! IPv6 SLAAC on routed rails: make the router advertisement come promptly, then wait, driven
 //! by the kernel's address notifications, for the routable address.
 //!
@@ -17,16 +23,20 @@
 //! (`addrconf_dad_stop`).
 
 use std::collections::BTreeMap;
-use std::net::Ipv6Addr;
+use std::net::{IpAddr, Ipv6Addr};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
-use ipnetwork::Ipv6Network;
+use ipnetwork::{IpNetwork, Ipv6Network};
 use netlink_packet_route::address::AddressFlags;
 
-use crate::config::SlaacConf;
+use crate::budget::Budget;
+use crate::cni::{CniResult, IpConfig};
+use crate::config::{NetConf, SlaacConf};
 use crate::error::{Error, Result};
-use crate::netlink::{Addr6, AddrEvent, AddrEvents, Netlink};
-use crate::sysctl::DadMode;
+use crate::netlink::{Addr6, AddrEvent, AddrEvents, Link, Netlink};
+use crate::netns::Netns;
+use crate::routing;
+use crate::sysctl::{self, DadMode, Sysctl};
 
 /// The SLAAC address ADD reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -368,6 +378,147 @@ pub async fn wait(
     }
 }
 
+/// The IPv6 sysctls ADD writes besides the configuration's, for the addresses IPAM returned.
+/// An IPv6 address from IPAM (a placeholder, say) needs IPv6 on the child even when the pod has
+/// it off by default; as the reference ipvlan plugin does, on this link only. With SLAAC the
+/// configuration already has them (sysctl::slaac_defaults).
+pub fn sysctls(conf: &NetConf, ips: &[IpConfig], ifname: &str) -> Result<Vec<Sysctl>> {
+    let mut more = Vec::new();
+    if conf.slaac.is_none() && ips.iter().any(|ip| ip.address.is_ipv6()) {
+        if !conf
+            .sysctls
+            .iter()
+            .any(|s| s.key.ends_with(".ndisc_notify"))
+        {
+            more.push(sysctl::validate(sysctl::NDISC_NOTIFY, "1", ifname)?);
+        }
+        more.push(sysctl::validate(
+            "net.ipv6.conf.IFNAME.disable_ipv6",
+            "0",
+            ifname,
+        )?);
+    }
+    Ok(more)
+}
+
+/// ADD's SLAAC, begun: the pod's address events, subscribed before the child comes up so that
+/// no event is missed.
+pub struct Slaac<'a> {
+    conf: &'a SlaacConf,
+    events: AddrEvents,
+    socket: RsSocket,
+}
+
+/// Subscribes to the pod's address events when the rail uses SLAAC (`None` when it does not).
+/// ADD calls it before the child's link comes up.
+pub fn subscribe<'a>(netns: &'a Netns, conf: &'a NetConf) -> Result<Option<Slaac<'a>>> {
+    let Some(slaac) = &conf.slaac else {
+        return Ok(None);
+    };
+    // One thread into the pod opens both sockets (see RsSocket).
+    let (events, socket) = AddrEvents::subscribe_with(netns, RsSocket::open)?;
+    Ok(Some(Slaac {
+        conf: slaac,
+        events,
+        socket: socket?,
+    }))
+}
+
+/// What `configure` leaves to ADD: the routes and rule of the SLAAC address, which ADD installs
+/// with an undo step each, and the address whose RoCE v2 GID the pod gets.
+pub struct Configured {
+    pub routes: routing::Plan,
+    pub gid_addr: IpAddr,
+}
+
+/// ADD's IPv6 once the child is up: waits for the SLAAC address within its share of the ADD's
+/// budget, plans its routing, and puts it first in `result` (consumers often take ips[0] as
+/// "the" address; a failed ADD drops the result, so this may come before the routes are in).
+pub async fn configure(
+    mut slaac: Slaac<'_>,
+    pod: &Netlink,
+    child: &Link,
+    rail: &str,
+    conf: &NetConf,
+    budget: Budget,
+    result: &mut CniResult,
+) -> Result<Configured> {
+    let share = budget.share(slaac.conf.ra_timeout);
+    let slaac_conf = SlaacConf {
+        ra_timeout: share.limit,
+        ..slaac.conf.clone()
+    };
+    let socket = &slaac.socket;
+    let solicit = |src| solicit_router(socket, child.index, &child.mac, src);
+    let found = wait(
+        &mut slaac.events,
+        pod,
+        child.index,
+        rail,
+        &slaac_conf,
+        solicit,
+    )
+    .await
+    .map_err(|e| match e {
+        Error::Slaac(msg) if share.cut => Error::Slaac(format!(
+            "{msg} (the wait was cut to what was left of timeouts.totalMs {} ms)",
+            conf.timeouts.total.as_millis()
+        )),
+        other => other,
+    })?;
+    let routes = routing::slaac_plan(
+        child.index,
+        found.network,
+        found.router,
+        conf.source_routing,
+    );
+    result.ips.insert(
+        0,
+        IpConfig {
+            address: IpNetwork::V6(found.network),
+            gateway: found.router.map(IpAddr::V6),
+            interface: Some(0),
+        },
+    );
+    Ok(Configured {
+        routes,
+        gid_addr: IpAddr::V6(found.network.ip()),
+    })
+}
+
+/// Whether CHECK holds sysctl `s` to the value ADD wrote: on a SLAAC rail, not when a router's
+/// advertisement may rewrite it (sysctl::router_may_set).
+pub fn checks_sysctl(conf: &NetConf, s: &Sysctl) -> bool {
+    conf.slaac.is_none() || !sysctl::router_may_set(s)
+}
+
+/// CHECK's IPv6 after the ifalias is read: on a SLAAC rail with source routing, the rule from
+/// the SLAAC address (the one the reported GID `gid` is derived from) to child `child`'s table.
+/// Returns the difference found, if any.
+pub async fn check(
+    conf: &NetConf,
+    pod: &Netlink,
+    child: u32,
+    gid: Ipv6Addr,
+) -> Result<Option<String>> {
+    if conf.slaac.is_none() || !conf.source_routing {
+        return Ok(None);
+    }
+    let table = routing::table_for(child);
+    let source = IpAddr::V6(gid);
+    if pod
+        .rules(true)
+        .await?
+        .iter()
+        .any(|r| r.table == table && r.source == Some(source))
+    {
+        return Ok(None);
+    }
+    Ok(Some(format!(
+        "expected rule \"from {source} lookup {table}\", found none"
+    )))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -585,5 +736,83 @@ mod tests {
             &[133, 0, 0, 0, 0, 0, 0, 0],
         );
         assert_eq!(sum, 0x7bb8);
+    }
+
+    fn net_conf(extra: serde_json::Value) -> NetConf {
+        let mut v = serde_json::json!({
+            "cniVersion": "1.0.0",
+            "name": "rail3",
+            "type": "roce-ipvlan",
+            "master": "rdma3",
+            "ipam": {"type": "host-local", "subnet": "10.9.0.0/16"}
+        });
+        for (k, x) in extra.as_object().unwrap() {
+            v[k] = x.clone();
+        }
+        NetConf::parse(v.to_string().as_bytes(), "net1").unwrap()
+    }
+
+    fn ip(address: &str) -> IpConfig {
+        IpConfig {
+            address: address.parse().unwrap(),
+            gateway: None,
+            interface: None,
+        }
+    }
+
+    fn keys(list: &[Sysctl]) -> Vec<&str> {
+        list.iter().map(|s| s.key.as_str()).collect()
+    }
+
+    #[test]
+    fn an_ipam_ipv6_address_turns_ipv6_on_for_the_child_only() {
+        let c = net_conf(serde_json::json!({}));
+        assert!(sysctls(&c, &[ip("10.9.0.2/16")], "net1")
+            .unwrap()
+            .is_empty());
+        let more = sysctls(&c, &[ip("10.9.0.2/16"), ip("fd01::2/64")], "net1").unwrap();
+        assert_eq!(
+            keys(&more),
+            [
+                "net.ipv6.conf.net1.ndisc_notify",
+                "net.ipv6.conf.net1.disable_ipv6"
+            ]
+        );
+        assert!(more.iter().all(|s| !s.pod_wide));
+        // The configuration's own ndisc_notify stays as it is.
+        let own = net_conf(serde_json::json!({
+            "sysctl": {"net.ipv6.conf.IFNAME.ndisc_notify": "0"}
+        }));
+        assert_eq!(
+            keys(&sysctls(&own, &[ip("fd01::2/64")], "net1").unwrap()),
+            ["net.ipv6.conf.net1.disable_ipv6"]
+        );
+        // With SLAAC the configuration has them already (sysctl::slaac_defaults).
+        let slaac = net_conf(serde_json::json!({"ipv6": {"slaac": true}}));
+        assert!(sysctls(&slaac, &[ip("fd01::2/64")], "net1")
+            .unwrap()
+            .is_empty());
+    }
+
+    #[test]
+    fn check_skips_what_a_router_may_rewrite_on_a_slaac_rail_only() {
+        let hop_limit = serde_json::json!({"sysctl": {"net.ipv6.conf.IFNAME.hop_limit": "32"}});
+        let plain = net_conf(hop_limit.clone());
+        let s = plain
+            .sysctls
+            .iter()
+            .find(|s| s.key.ends_with(".hop_limit"))
+            .unwrap();
+        assert!(checks_sysctl(&plain, s));
+        let mut slaac = hop_limit;
+        slaac["ipv6"] = serde_json::json!({"slaac": true});
+        let slaac = net_conf(slaac);
+        assert!(!checks_sysctl(&slaac, s));
+        let accept_ra = slaac
+            .sysctls
+            .iter()
+            .find(|s| s.key.ends_with(".accept_ra"))
+            .unwrap();
+        assert!(checks_sysctl(&slaac, accept_ra));
     }
 }
