@@ -435,7 +435,7 @@ def render_profile(S, w):
     w("| " + " | ".join(f0(st.get(n)) for n in names) + " |\n")
     w(f"host-local on its own (direct exec): ADD {f0(hl.get('add'))} ms, DEL {f0(hl.get('del'))} ms.\n")
     w(f"One roce-ipvlan ADD and DEL on an IPv4 rail with host-local (direct exec, `logLevel: debug`), "
-      f"median of {n_prof} runs: each phase ends at one of the plugin's debug events (`plugin/src/add.rs`, "
+      f"median of {n_prof} runs: each phase ends at one of the plugin's debug events (`plugin/src/commands/add.rs`, "
       "`del.rs`), the first one at the spawn, the last one at the exit.\n")
     w("| ADD phase | ms | | DEL phase | ms |")
     w("|---|---|---|---|---|")

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# make lint: the module table of docs/design.md against plugin/src. Every .rs file of plugin/src
-# must have a row, each file's `crate::<module>` uses (its `mod tests` aside) must be among its row's "may
-# depend on" modules, and the modules must form no cycle (tsort).
+# make lint: the module table of docs/design.md against plugin/src. plugin/src has one folder per
+# layer (FOLDERS; lib.rs declares them) and every module lives in one. Every .rs file must have a
+# row, each file's `crate::<folder>::<module>` uses (its `mod tests` aside) must be among its
+# row's "may depend on" modules, and the modules must form no cycle (tsort).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 src=plugin/src
 doc=docs/design.md
 rc=0
+FOLDERS='protocol|kernel|attach|commands|tools'
 graph=$(mktemp)
 trap 'rm -f "$graph"' EXIT
 
@@ -23,17 +25,27 @@ while read -r file; do
 	fi
 	[[ $rel == main.rs || $rel == lib.rs ]] && continue
 	allowed=$(awk -F'|' '{print $(NF-1)}' <<<"$row" | tr -cs 'a-z_' '\n')
-	module=${rel%%/*}
-	module=${module%.rs}
+	if [[ ! $rel =~ ^($FOLDERS)/([a-z_]+) ]]; then
+		echo "check-modules: $rel is in none of the layer folders ($FOLDERS)" >&2
+		rc=1
+		continue
+	fi
+	module=${BASH_REMATCH[2]}
 	# Code before the unit tests' `mod tests` (a #[cfg(test)] item elsewhere counts), without
 	# line comments.
 	uses=$(sed '/^mod tests\b/,$d' "$file" | grep -v '^[[:space:]]*//' |
-		grep -oE 'crate::[a-z_]+' | sed 's/^crate:://' | sort -u || true)
-	for dep in $uses; do
+		grep -oE 'crate::[a-z_]+(::[a-z_]+)?' | sed 's/^crate:://' | sort -u || true)
+	for path in $uses; do
+		if [[ ! $path =~ ^($FOLDERS)::([a-z_]+)$ ]]; then
+			echo "check-modules: $rel uses crate::$path, not a module of a layer folder" >&2
+			rc=1
+			continue
+		fi
+		dep=${BASH_REMATCH[2]}
 		[[ $dep == "$module" ]] && continue
 		echo "$module $dep" >>"$graph"
 		if ! grep -qxF "$dep" <<<"$allowed"; then
-			echo "check-modules: $rel uses crate::$dep, which its row in $doc does not allow" >&2
+			echo "check-modules: $rel uses crate::$path, which its row in $doc does not allow" >&2
 			rc=1
 		fi
 	done

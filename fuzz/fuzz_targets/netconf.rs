@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use roce_ipvlan::config::NetConf;
+use roce_ipvlan::protocol::config::NetConf;
 
 fuzz_target!(|data: &[u8]| {
     // The first byte picks CNI_IFNAME, so that IFNAME replacement and literal names are both
@@ -45,8 +45,8 @@ fuzz_target!(|data: &[u8]| {
     if let Some(f) = &c.log.file {
         assert_eq!(
             f.parent(),
-            Some(std::path::Path::new(roce_ipvlan::logging::LOG_DIR))
+            Some(std::path::Path::new(roce_ipvlan::protocol::logging::LOG_DIR))
         );
     }
-    assert!(roce_ipvlan::cni::is_valid_name(&c.name));
+    assert!(roce_ipvlan::protocol::cni::is_valid_name(&c.name));
 });

@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use roce_ipvlan::cni::{CniResult, SUPPORTED_VERSIONS};
+use roce_ipvlan::protocol::cni::{CniResult, SUPPORTED_VERSIONS};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(value) = serde_json::from_slice::<serde_json::Value>(data) else {

@@ -4,8 +4,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use roce_ipvlan::cni::validate_ifname;
-use roce_ipvlan::sysctl;
+use roce_ipvlan::protocol::cni::validate_ifname;
+use roce_ipvlan::kernel::sysctl;
 
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);

@@ -5,54 +5,74 @@
 //! `run` is the one entry point: it reads the CNI environment and stdin, runs one command, and
 //! prints exactly one JSON document (a result or a CNI error) on stdout.
 
-pub(crate) mod add;
-pub(crate) mod atomic_file;
-pub(crate) mod budget;
-pub(crate) mod check;
-pub(crate) mod cli;
-pub mod cni;
-pub mod config;
-pub(crate) mod del;
-pub(crate) mod device_info;
-pub(crate) mod diagnose;
-pub(crate) mod error;
-pub(crate) mod failpoint;
-pub(crate) mod gc;
-pub(crate) mod install;
-pub(crate) mod ipam;
-pub(crate) mod ipv6;
-pub(crate) mod ipvlan;
-pub(crate) mod lock;
-pub mod logging;
-pub(crate) mod netlink;
-pub(crate) mod netns;
-pub(crate) mod rail;
-pub(crate) mod rdma;
-pub(crate) mod ready;
-pub(crate) mod routing;
-pub(crate) mod status;
-pub mod sysctl;
-pub(crate) mod undo;
-pub(crate) mod validate;
-pub(crate) mod workload_env;
+/// The CNI protocol: the environment, the configuration, the result, the errors, the log.
+pub mod protocol {
+    pub mod cni;
+    pub mod config;
+    pub(crate) mod error;
+    pub mod logging;
+}
+/// Kernel adapters: the only code that talks to netlink, namespaces, sysctls, RDMA sysfs and
+/// netlink, locks and files.
+pub mod kernel {
+    pub(crate) mod atomic_file;
+    pub(crate) mod lock;
+    pub(crate) mod netlink;
+    pub(crate) mod netns;
+    pub(crate) mod rdma;
+    pub mod sysctl;
+}
+/// The attachment's steps, which the commands orchestrate: rail, child link, IPAM, routing,
+/// IPv6, device-info, the deadline, the undo stack and its test-only failpoints.
+pub(crate) mod attach {
+    pub(crate) mod budget;
+    pub(crate) mod device_info;
+    pub(crate) mod failpoint;
+    pub(crate) mod ipam;
+    pub(crate) mod ipv6;
+    pub(crate) mod ipvlan;
+    pub(crate) mod rail;
+    pub(crate) mod routing;
+    pub(crate) mod undo;
+}
+/// The CNI commands: each orchestrates the attachment's steps; none imports another.
+pub(crate) mod commands {
+    pub(crate) mod add;
+    pub(crate) mod check;
+    pub(crate) mod del;
+    pub(crate) mod gc;
+    pub(crate) mod status;
+}
+/// The operator subcommands (`roce-ipvlan <subcommand>`).
+pub(crate) mod tools {
+    pub(crate) mod cli;
+    pub(crate) mod diagnose;
+    pub(crate) mod install;
+    pub(crate) mod ready;
+    pub(crate) mod validate;
+    pub(crate) mod workload_env;
+}
 
 /// The operator subcommands' entry points, for main.rs: each takes the arguments after its name
 /// and returns the exit status.
 pub mod subcommand {
-    pub use crate::diagnose::main as diagnose;
-    pub use crate::install::main as install;
-    pub use crate::ready::main as ready;
-    pub use crate::validate::main as validate;
-    pub use crate::workload_env::main as env;
+    pub use crate::tools::diagnose::main as diagnose;
+    pub use crate::tools::install::main as install;
+    pub use crate::tools::ready::main as ready;
+    pub use crate::tools::validate::main as validate;
+    pub use crate::tools::workload_env::main as env;
 }
 
 use std::io::Read;
 
 use serde_json::Value;
 
-use crate::cni::{Command, Env};
-use crate::config::NetConf;
-use crate::error::{Error, Result};
+use crate::commands::{add, check, del, gc, status};
+use crate::kernel::netlink;
+use crate::protocol::cni::{Command, Env};
+use crate::protocol::config::NetConf;
+use crate::protocol::error::{Error, Result};
+use crate::protocol::{cni, config, error, logging};
 
 /// Runs the plugin; returns the process exit code.
 pub fn run() -> i32 {

@@ -35,7 +35,7 @@ fn main() {
                 "roce-ipvlan {} (commit {}, CNI {})",
                 env!("CARGO_PKG_VERSION"),
                 env!("ROCE_IPVLAN_COMMIT"),
-                roce_ipvlan::cni::SUPPORTED_VERSIONS.join(", ")
+                roce_ipvlan::protocol::cni::SUPPORTED_VERSIONS.join(", ")
             );
             0
         }

@@ -1,4 +1,4 @@
-//! ADD's rollback against the real kernel, one failpoint at a time (src/failpoint.rs).
+//! ADD's rollback against the real kernel, one failpoint at a time (src/attach/failpoint.rs).
 //!
 //! Privileged: they create network namespaces and IPvlan children on a Soft-RoCE rail and
 //! delegate to the real host-local IPAM, so they run inside the test VM (`make vm-rust`, which
@@ -503,8 +503,8 @@ fn names_in_list(src: &str, list: &str) -> Vec<String> {
 /// add.rs calls, so a new point without a test (or a test of a point that is gone) fails here.
 #[test]
 fn every_failpoint_of_add_is_tested() {
-    let decl = include_str!("../src/failpoint.rs");
-    let add = include_str!("../src/add.rs");
+    let decl = include_str!("../src/attach/failpoint.rs");
+    let add = include_str!("../src/commands/add.rs");
     let declared = names_in_list(decl, "ADD");
     let tested: Vec<String> = ADD_POINTS.iter().map(|(n, _)| n.to_string()).collect();
     assert_eq!(tested, declared, "ADD_POINTS against failpoint::ADD");

@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Rail selection (plugin/src/rail.rs): one configuration without "master" serving every rail.
+# Rail selection (plugin/src/attach/rail.rs): one configuration without "master" serving every rail.
 # The rails are virtio-net-pci NICs, so each has a real PCI address, as a ConnectX PF has; the
 # rxe devices stand in for mlx5_N. Precedence: args.cni > deviceID > master > rdma.device;
 # args.cni only for rails the NAD lists in allowedRails (25-hardening.sh tests the refusals).

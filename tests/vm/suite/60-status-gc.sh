@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# CNI 1.1 STATUS and GC (plugin/src/status.rs, gc.rs), through the libcni driver's status and gc
+# CNI 1.1 STATUS and GC (plugin/src/commands/status.rs, gc.rs), through the libcni driver's status and gc
 # verbs (libcni's pkg/invoke, since Debian's libcni 1.1.2 has no STATUS/GC API) and by direct
 # exec with nothing but CNI_COMMAND and CNI_PATH, as the spec allows.
 # Codes: 50 = cannot serve ADD; 51 = cannot serve ADD and attached pods may have limited

@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# roce-ipvlan ready (plugin/src/ready.rs): the installer DaemonSet's readiness probe, on a real
+# roce-ipvlan ready (plugin/src/tools/ready.rs): the installer DaemonSet's readiness probe, on a real
 # kernel with Soft-RoCE rails. Read-only; run here as the probe runs on a node with
 # hostNetwork: in the host's network namespace.
 

@@ -1,0 +1,316 @@
+//! Multus device-info (k8snetworkplumbingwg device-info-spec 1.1.0): when the NAD declares the
+//! `CNIDeviceInfoFile` capability, Multus passes `runtimeConfig.CNIDeviceInfoFile`, a path
+//! unique per attachment, and copies whatever is in it into the pod's network-status
+//! annotation. With `deviceID` set, ADD writes there the `pci` entry with `pci-address` and
+//! `rdma-device`, so the annotation names each rail's RDMA device; DEL removes the file.
+//!
+//! When Multus already copied the device plugin's file there, it is kept and only
+//! `rdma-device` is added (spec §5.1.2: the plugin may read an existing file and write one
+//! that is missing).
+
+use std::fs;
+use std::io;
+use std::path::{Component, Path, PathBuf};
+
+use serde_json::{json, Map, Value};
+
+use crate::protocol::error::{Error, Result};
+
+/// The device-info spec version written.
+pub const SPEC_VERSION: &str = "1.1.0";
+
+/// Where Multus (and device plugins) keep device-info files (device-info-spec; `/var/run` is
+/// `/run` on current distributions).
+const DEVINFO_DIRS: &[&str] = &[
+    "/var/run/k8s.cni.cncf.io/devinfo/",
+    "/run/k8s.cni.cncf.io/devinfo/",
+];
+
+/// The CNIDeviceInfoFile path of `runtimeConfig`, checked: absolute, no `..`, a file name,
+/// inside [`DEVINFO_DIRS`].
+pub fn file_from_runtime_config(runtime_config: Option<&Value>) -> Result<Option<PathBuf>> {
+    let Some(value) = runtime_config.and_then(|r| r.get("CNIDeviceInfoFile")) else {
+        return Ok(None);
+    };
+    let bad = |why: &str| {
+        Err(Error::InvalidConfig(format!(
+            "\"runtimeConfig.CNIDeviceInfoFile\" {value}: {why}; expected an absolute file path \
+             such as /var/run/k8s.cni.cncf.io/devinfo/cni/<unique-name> (set by Multus)"
+        )))
+    };
+    let Some(text) = value.as_str() else {
+        return bad("not a string");
+    };
+    if text.is_empty() {
+        return Ok(None);
+    }
+    let path = PathBuf::from(text);
+    if !path.is_absolute() {
+        return bad("not absolute");
+    }
+    if path.components().any(|c| c == Component::ParentDir) {
+        return bad("contains '..'");
+    }
+    if path.file_name().is_none() || text.ends_with('/') {
+        return bad("names no file");
+    }
+    // ADD writes and DEL removes this file as root, and a NAD can carry its own
+    // `runtimeConfig` (Multus replaces it only when the NAD declares the capability): confined
+    // to Multus's device-info directory, a NAD cannot make DEL delete /etc/shadow.
+    if !DEVINFO_DIRS
+        .iter()
+        .any(|d| path.starts_with(d) && path != Path::new(d))
+    {
+        return bad("outside Multus's device-info directory /var/run/k8s.cni.cncf.io/devinfo/");
+    }
+    Ok(Some(path))
+}
+
+/// The device-info document for a rail: a new one, or `existing` with `rdma-device` added.
+/// None when `existing` is something this plugin should not touch (another type, another
+/// PCI address, or not JSON).
+pub fn document(existing: Option<&str>, pci_address: &str, rdma_device: &str) -> Option<Value> {
+    let Some(text) = existing else {
+        return Some(json!({
+            "type": "pci",
+            "version": SPEC_VERSION,
+            "pci": { "pci-address": pci_address, "rdma-device": rdma_device },
+        }));
+    };
+    let mut doc: Map<String, Value> = serde_json::from_str(text).ok()?;
+    if doc.get("type").and_then(Value::as_str) != Some("pci") {
+        return None;
+    }
+    let pci = doc.get_mut("pci")?.as_object_mut()?;
+    match pci.get("pci-address").and_then(Value::as_str) {
+        Some(addr) if !addr.eq_ignore_ascii_case(pci_address) => return None,
+        Some(_) => {}
+        None => {
+            pci.insert("pci-address".into(), pci_address.into());
+        }
+    }
+    pci.entry("rdma-device")
+        .or_insert_with(|| rdma_device.into());
+    Some(Value::Object(doc))
+}
+
+/// What ADD did to the device-info file, for its undo: the file's text before, `None` if ADD
+/// created it.
+#[derive(Debug)]
+pub struct Written {
+    path: PathBuf,
+    previous: Option<String>,
+}
+
+impl Written {
+    /// Puts the file back as it was before ADD: removed if ADD created it, else its old text.
+    pub fn undo(&self) -> Result<()> {
+        match &self.previous {
+            None => match fs::remove_file(&self.path) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => Err(Error::io(
+                    format!("cannot remove the device-info file {}", self.path.display()),
+                    e,
+                )),
+                _ => Ok(()),
+            },
+            Some(text) => crate::kernel::atomic_file::write(&self.path, text.as_bytes(), 0o644)
+                .map_err(|e| {
+                    Error::io(
+                        format!(
+                            "cannot restore the device-info file {}",
+                            self.path.display()
+                        ),
+                        e,
+                    )
+                }),
+        }
+    }
+}
+
+impl std::fmt::Display for Written {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.previous {
+            None => write!(f, "the device-info file {}", self.path.display()),
+            Some(_) => write!(f, "the rdma-device added to {}", self.path.display()),
+        }
+    }
+}
+
+/// Writes (or completes) the device-info file at ADD; `None` when it left the file as it was.
+pub fn write(path: &Path, pci_address: &str, rdma_device: &str) -> Result<Option<Written>> {
+    let io_err = |what: &str, e: io::Error| {
+        Error::io(format!("{what} device-info file {}", path.display()), e)
+    };
+    let existing = match fs::read_to_string(path) {
+        Ok(text) => Some(text),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) => return Err(io_err("cannot read the", e)),
+    };
+    let Some(doc) = document(existing.as_deref(), pci_address, rdma_device) else {
+        tracing::warn!(path = %path.display(), "device-info file exists and describes another device; left as is");
+        return Ok(None);
+    };
+    if let Some(dir) = path.parent() {
+        fs::create_dir_all(dir).map_err(|e| io_err("cannot create the directory of the", e))?;
+    }
+    // Atomically, so that Multus never reads half a file.
+    let text = serde_json::to_string(&doc).expect("a JSON value always serializes");
+    crate::kernel::atomic_file::write(path, text.as_bytes(), 0o644)
+        .map_err(|e| io_err("cannot write the", e))?;
+    tracing::info!(path = %path.display(), pci_address, rdma_device, "device-info written");
+    Ok(Some(Written {
+        path: path.to_path_buf(),
+        previous: existing,
+    }))
+}
+
+/// Removes the device-info file at DEL; best-effort, a missing file is fine.
+pub fn remove(path: &Path) {
+    match fs::remove_file(path) {
+        Ok(()) => tracing::info!(path = %path.display(), "device-info removed"),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => tracing::warn!(path = %path.display(), error = %e, "cannot remove device-info"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_from_runtime_config() {
+        let rc = json!({"CNIDeviceInfoFile": "/var/run/k8s.cni.cncf.io/devinfo/cni/abc-net1"});
+        assert_eq!(
+            file_from_runtime_config(Some(&rc)).unwrap(),
+            Some(PathBuf::from(
+                "/var/run/k8s.cni.cncf.io/devinfo/cni/abc-net1"
+            ))
+        );
+        assert_eq!(file_from_runtime_config(None).unwrap(), None);
+        assert_eq!(
+            file_from_runtime_config(Some(&json!({"mac": "x"}))).unwrap(),
+            None
+        );
+        assert_eq!(
+            file_from_runtime_config(Some(&json!({"CNIDeviceInfoFile": ""}))).unwrap(),
+            None
+        );
+        for bad in [
+            json!("relative/x"),
+            json!("/a/../b"),
+            json!("/a/"),
+            json!("/etc/shadow"),
+            json!("/var/run/k8s.cni.cncf.io/devinfo"),
+            json!(7),
+        ] {
+            let rc = json!({ "CNIDeviceInfoFile": bad });
+            let err = file_from_runtime_config(Some(&rc)).unwrap_err();
+            assert_eq!(err.code(), 7, "{err}");
+        }
+    }
+
+    #[test]
+    fn new_document_follows_the_spec() {
+        let doc = document(None, "0000:3b:00.2", "mlx5_6").unwrap();
+        assert_eq!(
+            doc,
+            json!({"type": "pci", "version": "1.1.0",
+                   "pci": {"pci-address": "0000:3b:00.2", "rdma-device": "mlx5_6"}})
+        );
+    }
+
+    #[test]
+    fn existing_device_plugin_file_is_completed_not_replaced() {
+        let dp = r#"{"type":"pci","version":"1.0.0","pci":{"pci-address":"0000:3b:00.2","pf-pci-address":"0000:3b:00.0"}}"#;
+        let doc = document(Some(dp), "0000:3b:00.2", "mlx5_6").unwrap();
+        assert_eq!(doc["pci"]["rdma-device"], "mlx5_6");
+        assert_eq!(doc["pci"]["pf-pci-address"], "0000:3b:00.0");
+        assert_eq!(doc["version"], "1.0.0");
+        // An rdma-device already named by the device plugin wins.
+        let named = r#"{"type":"pci","version":"1.1.0","pci":{"pci-address":"0000:3b:00.2","rdma-device":"mlx5_9"}}"#;
+        assert_eq!(
+            document(Some(named), "0000:3b:00.2", "mlx5_6").unwrap()["pci"]["rdma-device"],
+            "mlx5_9"
+        );
+        // Another device, another type, or garbage: left alone.
+        let other = r#"{"type":"pci","version":"1.1.0","pci":{"pci-address":"0000:af:00.1"}}"#;
+        assert_eq!(document(Some(other), "0000:3b:00.2", "mlx5_6"), None);
+        let vdpa = r#"{"type":"vdpa","version":"1.1.0","vdpa":{}}"#;
+        assert_eq!(document(Some(vdpa), "0000:3b:00.2", "mlx5_6"), None);
+        assert_eq!(document(Some("not json"), "0000:3b:00.2", "mlx5_6"), None);
+    }
+
+    #[test]
+    fn write_then_remove() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("devinfo/cni/pod-net1");
+        write(&path, "0000:3b:00.2", "mlx5_6").unwrap();
+        let doc: Value = serde_json::from_str(&fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(doc["pci"]["rdma-device"], "mlx5_6");
+        assert_eq!(fs::read_dir(path.parent().unwrap()).unwrap().count(), 1);
+        remove(&path);
+        assert!(!path.exists());
+        remove(&path); // a second DEL
+    }
+
+    /// A failed ADD takes back what it wrote: a file it created goes, one the device plugin
+    /// wrote (Multus copied it) gets its own text back; a file it left alone gives no undo.
+    #[test]
+    fn undo_puts_the_file_back_as_it_was() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pod-net1");
+        let written = write(&path, "0000:3b:00.2", "mlx5_6").unwrap().unwrap();
+        assert!(
+            written.to_string().contains("the device-info file"),
+            "{written}"
+        );
+        written.undo().unwrap();
+        assert!(!path.exists());
+        written.undo().unwrap(); // already gone
+
+        let plugin = r#"{"type":"pci","version":"1.1.0","pci":{"pci-address":"0000:3b:00.2"}}"#;
+        fs::write(&path, plugin).unwrap();
+        let written = write(&path, "0000:3b:00.2", "mlx5_6").unwrap().unwrap();
+        assert_ne!(fs::read_to_string(&path).unwrap(), plugin);
+        written.undo().unwrap();
+        assert_eq!(fs::read_to_string(&path).unwrap(), plugin);
+
+        let other = r#"{"type":"pci","version":"1.1.0","pci":{"pci-address":"0000:af:00.1"}}"#;
+        fs::write(&path, other).unwrap();
+        assert!(write(&path, "0000:3b:00.2", "mlx5_6").unwrap().is_none());
+        assert_eq!(fs::read_to_string(&path).unwrap(), other);
+    }
+
+    /// Multus names the file per attachment, and network names may contain dots: the
+    /// temporary file of `pod-rail.v1` and `pod-rail.v2` used to be the same
+    /// `pod-rail.roce-ipvlan.tmp`, so two ADDs at once could publish each other's document.
+    #[test]
+    fn dotted_names_written_at_once_keep_their_own_documents() {
+        let dir = tempfile::tempdir().unwrap();
+        std::thread::scope(|s| {
+            for (i, pci) in ["0000:3b:00.2", "0000:3c:00.2", "0000:3d:00.2"]
+                .iter()
+                .enumerate()
+            {
+                let path = dir.path().join(format!("pod-rail.v{i}"));
+                s.spawn(move || {
+                    for _ in 0..20 {
+                        write(&path, pci, &format!("mlx5_{i}")).unwrap();
+                        remove(&path);
+                    }
+                    write(&path, pci, &format!("mlx5_{i}")).unwrap();
+                });
+            }
+        });
+        for i in 0..3 {
+            let text = fs::read_to_string(dir.path().join(format!("pod-rail.v{i}"))).unwrap();
+            let doc: Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(doc["pci"]["rdma-device"], format!("mlx5_{i}"));
+        }
+        assert_eq!(
+            fs::read_dir(dir.path()).unwrap().count(),
+            3,
+            "no temporary left"
+        );
+    }
+}

@@ -1,0 +1,954 @@
+//! Which rail an attachment uses.
+//!
+//! Four inputs can name the rail, so that one NetworkAttachmentDefinition can serve every rail
+//! of a node:
+//!
+//! - `args.cni.master` / `args.cni.rdmaDevice`: the Multus `cni-args` of the pod's network
+//!   selection element, per attachment;
+//! - `deviceID`: the PCI address Multus injects when the NAD has a `resourceName` annotation
+//!   (the device the kubelet allocated to this attachment), per attachment;
+//! - `master`: a netdev name in the NAD;
+//! - `rdma.device`: an RDMA device name in the NAD.
+//!
+//! Precedence, highest first: `args.cni` > `deviceID` > `master` > `rdma.device`.
+//!
+//! Who may choose: `master`, `rdma.device` and `allowedRails` come from the NAD (its owner
+//! decides); `deviceID` from the device plugin through Multus (the kubelet's allocation);
+//! `args.cni` from the *pod's* network selection element, so from whoever may create pods that
+//! use the NAD. cni-args are therefore honoured only for rails the NAD lists in
+//! `allowedRails` (netdev names or `*`/`?` glob patterns): `args.cni.master` must match an
+//! entry (checked at parse time), and a rail chosen by `args.cni.rdmaDevice` alone must be a
+//! netdev that matches one (checked by [`resolve`], which knows the device's port). Without
+//! `allowedRails`, cni-args that name a rail are refused (7): otherwise any pod allowed to use
+//! the NAD could attach to any RDMA-capable netdev of the node (a storage or front-end NIC).
+//! With `args.cni.master` given, `args.cni.rdmaDevice` only names the GID table to watch and
+//! attaches nothing, so it is not matched.
+//! - `args.cni` replaces the NAD's `master` and `rdma.device` as a whole: it exists so that a pod
+//!   can pick a rail of a NAD shared by all rails, and a NAD default must not leak into the pod's
+//!   choice (a NAD `master` with a pod `rdmaDevice` would otherwise put the child on one rail and
+//!   wait for its GID on another).
+//! - `deviceID` is the device the pod was actually given. Any other input that names a rail must
+//!   name the same one, or ADD is refused (code 7): the pod would get a child on one rail and the
+//!   RDMA device of another, whose GID table never holds the child's GID.
+//! - `rdma.device` (or `args.cni.rdmaDevice`) names the rail only when nothing above does. Given
+//!   together with `master`, it keeps its older meaning, "the GID table to watch", and is not
+//!   compared: a `master` that is a VLAN on the rail has no RDMA port of its own.
+//!
+//! [`Inputs::new`] checks the syntax when the configuration is parsed; [`resolve`] looks the rail
+//! up on the node (sysfs, RDMA netlink) before ADD or CHECK changes anything.
+
+use std::io;
+use std::path::PathBuf;
+
+use serde_json::Value;
+
+use crate::kernel::netlink::{Link, Netlink};
+use crate::kernel::rdma::{self, RdmaPort, Sysfs};
+use crate::protocol::error::{Error, Result};
+
+/// The rail-selecting inputs of one attachment, syntax-checked.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Inputs {
+    pub master: Option<String>,
+    pub rdma_device: Option<String>,
+    /// A PCI address, `dddd:bb:dd.f` (lower case).
+    pub device_id: Option<String>,
+    pub args_master: Option<String>,
+    pub args_rdma_device: Option<String>,
+    /// The NAD's `allowedRails`: the rails cni-args may choose (empty: none).
+    pub allowed: AllowedRails,
+}
+
+/// The NAD's `allowedRails`: netdev names and glob patterns (`*` any run of characters, `?`
+/// one character) that a pod's cni-args may choose as its rail.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AllowedRails(Vec<String>);
+
+impl AllowedRails {
+    /// Checks the NAD's `allowedRails` value (absent: nothing allowed).
+    pub fn parse(value: Option<&Value>) -> Result<AllowedRails> {
+        let bad = |why: String| {
+            Err(Error::InvalidConfig(format!(
+                "\"allowedRails\" {why}: expected a non-empty list of rail netdev names or glob \
+                 patterns, e.g. [\"rdma0\", \"rdma*\"]"
+            )))
+        };
+        let list = match value {
+            None | Some(Value::Null) => return Ok(AllowedRails::default()),
+            Some(Value::Array(list)) if list.is_empty() => {
+                return bad("is empty (leave it out to let no pod choose)".into())
+            }
+            Some(Value::Array(list)) => list,
+            Some(other) => return bad(format!("is {other}")),
+        };
+        let mut patterns = Vec::new();
+        for entry in list {
+            let Some(p) = entry.as_str() else {
+                return bad(format!("has {entry}, not a string"));
+            };
+            // A pattern is an interface name in which '*' and '?' stand for characters.
+            let probe = p.replace(['*', '?'], "x");
+            if p.is_empty()
+                || p.len() > 15
+                || crate::protocol::cni::validate_ifname(&probe).is_err()
+                || p.contains(['[', ']', '\\'])
+            {
+                return bad(format!(
+                    "has {p:?}, which is neither an interface name nor a pattern of one (up to \
+                     15 bytes, no '/', ':', '%', whitespace; '*' and '?' as wildcards)"
+                ));
+            }
+            patterns.push(p.to_string());
+        }
+        Ok(AllowedRails(patterns))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn allows(&self, netdev: &str) -> bool {
+        self.0
+            .iter()
+            .any(|p| glob_match(p.as_bytes(), netdev.as_bytes()))
+    }
+
+    /// Refuses a rail chosen by cni-args (`what`, e.g. `"args.cni.master" eth9`) that the NAD
+    /// does not allow.
+    fn check(&self, what: &str, netdev: &str) -> Result<()> {
+        if self.is_empty() {
+            return Err(Error::InvalidConfig(format!(
+                "{what} chooses the rail, but this NAD lets no pod choose it: cni-args come from \
+                 the pod, so they are honoured only for rails the NAD lists in \"allowedRails\" \
+                 (e.g. [\"rdma*\"]); add that to the NAD, or drop the cni-args and name the rail \
+                 in the NAD (\"master\") or through the device plugin (deviceID)"
+            )));
+        }
+        if !self.allows(netdev) {
+            return Err(Error::InvalidConfig(format!(
+                "{what} is rail {netdev}, which this NAD does not allow: \"allowedRails\" is \
+                 [{}]; choose one of those rails, or ask the NAD's owner to add it",
+                self.0
+                    .iter()
+                    .map(|p| format!("{p:?}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Glob matching with `*` (any run, also empty) and `?` (one byte); everything else literal.
+fn glob_match(pattern: &[u8], name: &[u8]) -> bool {
+    // The classic two-pointer walk: on a mismatch, retry from the last '*' one byte further.
+    let (mut p, mut n) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while n < name.len() {
+        match pattern.get(p) {
+            Some(b'*') => {
+                star = Some((p, n));
+                p += 1;
+            }
+            Some(&c) if c == b'?' || c == name[n] => {
+                p += 1;
+                n += 1;
+            }
+            _ => match star {
+                Some((sp, sn)) => {
+                    p = sp + 1;
+                    n = sn + 1;
+                    star = Some((sp, sn + 1));
+                }
+                None => return false,
+            },
+        }
+    }
+    pattern[p..].iter().all(|&c| c == b'*')
+}
+
+/// The rail chosen for an attachment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rail {
+    /// The rail netdev in the host namespace: the IPvlan child's parent.
+    pub netdev: String,
+    /// The RDMA device whose GID table will hold the child's GID, when an input named it; else
+    /// the caller finds the rail's own port.
+    pub rdma_device: Option<String>,
+    /// Which input chose the rail, for messages: e.g. `deviceID 0000:0c:00.0`.
+    pub chosen_by: String,
+}
+
+impl Inputs {
+    /// Checks the inputs as the configuration gives them. `device_id` is the top-level
+    /// `deviceID`; `runtime_device_id` is `runtimeConfig.deviceID` (the CNI `deviceID`
+    /// capability); `args` is the configuration's `args` object.
+    pub fn new(
+        master: Option<String>,
+        rdma_device: Option<String>,
+        device_id: Option<String>,
+        runtime_device_id: Option<String>,
+        args: Option<&Value>,
+        allowed: AllowedRails,
+    ) -> Result<Inputs> {
+        let master = master.filter(|m| !m.is_empty());
+        if let Some(m) = &master {
+            check_netdev_name("\"master\"", m)?;
+        }
+        let device_id = match (device_id, runtime_device_id) {
+            (Some(a), Some(b)) if a != b => {
+                return Err(Error::InvalidConfig(format!(
+                    "\"deviceID\" {a:?} and \"runtimeConfig.deviceID\" {b:?} differ: expected the \
+                     runtime to inject one device; check the device plugin and Multus"
+                )))
+            }
+            (Some(a), _) => Some(a),
+            (None, b) => b,
+        };
+        let device_id = device_id.map(|d| pci_address(&d)).transpose()?;
+        let (args_master, args_rdma_device) = cni_args(args)?;
+        if let Some(m) = &args_master {
+            allowed.check(&format!("\"args.cni.master\" {m}"), m)?;
+        } else if args_rdma_device.is_some() && allowed.is_empty() {
+            // Which netdev the device's port is, resolve() finds out; that none is allowed
+            // is clear now.
+            let d = args_rdma_device.as_deref().unwrap_or_default();
+            allowed.check(&format!("\"args.cni.rdmaDevice\" {d}"), d)?;
+        }
+        Ok(Inputs {
+            master,
+            rdma_device,
+            device_id,
+            args_master,
+            args_rdma_device,
+            allowed,
+        })
+    }
+
+    /// Whether any input names a rail. A NAD may name none when every pod passes `cni-args`.
+    pub fn names_a_rail(&self) -> bool {
+        self.master.is_some()
+            || self.rdma_device.is_some()
+            || self.device_id.is_some()
+            || self.args_master.is_some()
+            || self.args_rdma_device.is_some()
+    }
+}
+
+/// What [`resolve`] needs to know about the node.
+pub trait Node {
+    /// The netdevs of a PCI function (`/sys/bus/pci/devices/<addr>/net/*`); None when the node
+    /// has no such function.
+    fn pci_netdevs(&self, addr: &str) -> io::Result<Option<Vec<String>>>;
+    /// The netdevs bound to the ports of an RDMA device; None when there is no such device.
+    fn rdma_netdevs(&self, device: &str) -> io::Result<Option<Vec<String>>>;
+    /// Every netdev bound to some RDMA port (to tell a PF's uplink from its representors).
+    fn all_rdma_netdevs(&self) -> Vec<String>;
+}
+
+/// Chooses the rail; see the module documentation for the precedence.
+pub fn resolve(inputs: &Inputs, node: &dyn Node) -> Result<Rail> {
+    let from_args = inputs.args_master.is_some() || inputs.args_rdma_device.is_some();
+    let (master, rdma_device, prefix) = if from_args {
+        (&inputs.args_master, &inputs.args_rdma_device, "args.cni.")
+    } else {
+        (&inputs.master, &inputs.rdma_device, "")
+    };
+    let master_src = |m: &str| format!("\"{prefix}master\" {m}");
+    let rdma_key = if from_args {
+        "args.cni.rdmaDevice"
+    } else {
+        "rdma.device"
+    };
+    let rdma_src = |d: &str| format!("\"{rdma_key}\" {d}");
+
+    if let Some(addr) = &inputs.device_id {
+        let netdev = pci_netdev(node, addr)?;
+        let chosen_by = format!("\"deviceID\" {addr}");
+        if let Some(m) = master {
+            if *m != netdev {
+                return Err(conflict(&master_src(m), &chosen_by, &netdev));
+            }
+        } else if let Some(d) = rdma_device {
+            let netdevs = rdma_netdevs(node, d, rdma_key)?;
+            if !netdevs.contains(&netdev) {
+                return Err(conflict(&rdma_src(d), &chosen_by, &netdev));
+            }
+            if from_args {
+                inputs.allowed.check(&rdma_src(d), &netdev)?;
+            }
+        }
+        return Ok(Rail {
+            netdev,
+            rdma_device: rdma_device.clone(),
+            chosen_by,
+        });
+    }
+    if let Some(m) = master {
+        return Ok(Rail {
+            netdev: m.clone(),
+            rdma_device: rdma_device.clone(),
+            chosen_by: master_src(m),
+        });
+    }
+    if let Some(d) = rdma_device {
+        let netdevs = rdma_netdevs(node, d, rdma_key)?;
+        if from_args {
+            for netdev in &netdevs {
+                inputs.allowed.check(&rdma_src(d), netdev)?;
+            }
+        }
+        return match netdevs.as_slice() {
+            [netdev] => Ok(Rail {
+                netdev: netdev.clone(),
+                rdma_device: Some(d.clone()),
+                chosen_by: rdma_src(d),
+            }),
+            _ => Err(Error::InvalidConfig(format!(
+                "{} has ports on several netdevs ({}): expected one rail; name it with \"master\"",
+                rdma_src(d),
+                netdevs.join(", ")
+            ))),
+        };
+    }
+    Err(Error::InvalidConfig(
+        "no rail named: expected \"master\" (a netdev such as rdma3), \"rdma.device\", a \
+         \"deviceID\" injected by Multus (NAD annotation k8s.v1.cni.cncf.io/resourceName), or \
+         cni-args \"master\"/\"rdmaDevice\" in the pod's network selection element"
+            .into(),
+    ))
+}
+
+fn conflict(other: &str, chosen_by: &str, netdev: &str) -> Error {
+    Error::InvalidConfig(format!(
+        "conflicting rails: {chosen_by} is rail {netdev}, but {other} names another; the pod \
+         would get a child on one rail and the RDMA device of another. Drop one of them or make \
+         them agree (with a deviceID from a device plugin, leave \"master\" out of the NAD)"
+    ))
+}
+
+/// The one netdev of a PCI function that is a rail.
+fn pci_netdev(node: &dyn Node, addr: &str) -> Result<String> {
+    let netdevs = node
+        .pci_netdevs(addr)
+        .map_err(|e| Error::io(format!("cannot list the netdevs of PCI function {addr}"), e))?
+        .ok_or_else(|| {
+            Error::Rail(format!(
+                "\"deviceID\" {addr}: expected a PCI function of this node, found none at \
+                 /sys/bus/pci/devices/{addr}; check the device plugin's resource configuration \
+                 (its PCI addresses) against `lspci -D` on the node"
+            ))
+        })?;
+    match netdevs.as_slice() {
+        [] => Err(Error::Rail(format!(
+            "\"deviceID\" {addr}: the PCI function has no netdev in the host namespace: expected \
+             a RoCE NIC bound to its network driver; is it bound to vfio-pci, or was its netdev \
+             moved into a pod by another plugin?"
+        ))),
+        [one] => Ok(one.clone()),
+        many => {
+            // A switchdev PF lists its representors beside the uplink; only the uplink has an
+            // RDMA port.
+            let rdma = node.all_rdma_netdevs();
+            let uplinks: Vec<&String> = many.iter().filter(|n| rdma.contains(n)).collect();
+            match uplinks.as_slice() {
+                [one] => Ok((*one).clone()),
+                _ => Err(Error::Rail(format!(
+                    "\"deviceID\" {addr}: the PCI function has several netdevs ({}) and not \
+                     exactly one with an RDMA port: name the rail with \"master\" or cni-args",
+                    many.join(", ")
+                ))),
+            }
+        }
+    }
+}
+
+fn rdma_netdevs(node: &dyn Node, device: &str, key: &str) -> Result<Vec<String>> {
+    let netdevs = node
+        .rdma_netdevs(device)
+        .map_err(|e| Error::io(format!("cannot list the ports of RDMA device {device}"), e))?
+        .ok_or_else(|| {
+            Error::NoRdmaPort(format!(
+                "RDMA device {device:?} (\"{key}\") does not exist on this node: check `rdma link \
+                 show` and the NAD or the pod's cni-args"
+            ))
+        })?;
+    if netdevs.is_empty() {
+        return Err(Error::NoRdmaPort(format!(
+            "RDMA device {device} (\"{key}\") has no port bound to a netdev in the host namespace: \
+             expected a RoCE port (`rdma link show` lists its netdev); name the rail with \"master\""
+        )));
+    }
+    Ok(netdevs)
+}
+
+/// Checks a PCI address (`dddd:bb:dd.f`); explains the counters of the RDMA shared device plugin.
+pub fn pci_address(raw: &str) -> Result<String> {
+    let lower = raw.to_ascii_lowercase();
+    let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_hexdigit());
+    let ok = match lower.split_once('.') {
+        Some((head, func)) => {
+            let parts: Vec<&str> = head.split(':').collect();
+            parts.len() == 3
+                && hex(parts[0], 4)
+                && hex(parts[1], 2)
+                && hex(parts[2], 2)
+                && func.len() == 1
+                && matches!(func.as_bytes()[0], b'0'..=b'7')
+        }
+        None => false,
+    };
+    if ok {
+        return Ok(lower);
+    }
+    if !raw.is_empty() && raw.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(Error::InvalidConfig(format!(
+            "\"deviceID\" {raw:?} is a counter, not a PCI address: the RDMA shared device plugin \
+             (rdma/…, e.g. rdma/rdma_shared_device_a) numbers its shared devices \"0\", \"1\", … \
+             so the NAD's resourceName cannot tell the rail. Offer the rail PFs by PCI address \
+             instead (e.g. nvidia.com/hostdev from the host-device or SR-IOV device plugin), or \
+             drop the resourceName annotation and name the rail with \"master\" or cni-args"
+        )));
+    }
+    Err(Error::InvalidConfig(format!(
+        "\"deviceID\" {raw:?} is not a PCI address: expected dddd:bb:dd.f, e.g. 0000:0c:00.0 (what \
+         Multus injects from a device plugin that hands out PCI functions)"
+    )))
+}
+
+fn check_netdev_name(what: &str, name: &str) -> Result<()> {
+    crate::protocol::cni::validate_ifname(name)
+        .map_err(|_| Error::InvalidConfig(format!("{what} {name:?} is not a valid interface name")))
+}
+
+/// `args.cni.master` and `args.cni.rdmaDevice`. Other keys under `args.cni` belong to other
+/// plugins of a chain and are left alone.
+fn cni_args(args: Option<&Value>) -> Result<(Option<String>, Option<String>)> {
+    let Some(cni) = args.and_then(|a| a.get("cni")) else {
+        return Ok((None, None));
+    };
+    if cni.is_null() {
+        return Ok((None, None));
+    }
+    if !cni.is_object() {
+        return Err(Error::InvalidConfig(format!(
+            "\"args.cni\" is {cni}: expected an object (Multus cni-args), e.g. {{\"master\": \"rdma3\"}}"
+        )));
+    }
+    let field = |key: &str| -> Result<Option<String>> {
+        match cni.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) if s.is_empty() => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(other) => Err(Error::InvalidConfig(format!(
+                "\"args.cni.{key}\" is {other}: expected a string"
+            ))),
+        }
+    };
+    let master = field("master")?;
+    if let Some(m) = &master {
+        check_netdev_name("\"args.cni.master\"", m)?;
+    }
+    let rdma = field("rdmaDevice")?;
+    if let Some(d) = &rdma {
+        if !rdma::valid_device_name(d) {
+            return Err(Error::InvalidConfig(format!(
+                "\"args.cni.rdmaDevice\" {d:?} is not an RDMA device name"
+            )));
+        }
+    }
+    Ok((master, rdma))
+}
+
+/// The rail of `inputs` on this node: chosen by [`resolve`], then its netdev found in the host
+/// network namespace. ADD, CHECK and STATUS all look their rail up here; a missing netdev is
+/// reported through `missing`, so that each gives its own code (ADD 100, CHECK 107, STATUS 50).
+pub(crate) async fn find(
+    inputs: &Inputs,
+    host: &Netlink,
+    missing: fn(String) -> Error,
+) -> Result<(Rail, Link)> {
+    let rail = resolve(inputs, &System::default())?;
+    let Some(master) = host.link_by_name(&rail.netdev).await? else {
+        return Err(missing(format!(
+            "rail {:?} ({}) does not exist on this node: expected a netdev of that name in the \
+             host network namespace; check the rail names with `ip link` and the NAD",
+            rail.netdev, rail.chosen_by
+        )));
+    };
+    Ok((rail, master))
+}
+
+/// The RDMA port whose GID table will hold the child's GID: the device an input named (port
+/// `port`, "rdma.port", else 1), or the port bound to the rail's netdev `master` (its number
+/// replaced by `port` when given).
+pub(crate) fn rdma_port(rail: &Rail, port: Option<u32>, master: &Link) -> Result<RdmaPort> {
+    if let Some(device) = rail.rdma_device.as_deref() {
+        let sysfs = Sysfs::system();
+        if !sysfs.device_exists(device) {
+            return Err(Error::NoRdmaPort(format!(
+                "RDMA device {device:?} (\"rdma.device\") does not exist on this node: check \
+                 `rdma link show` and the NAD"
+            )));
+        }
+        return Ok(RdmaPort {
+            device: device.to_string(),
+            port: port.unwrap_or(1),
+        });
+    }
+    let found = rdma::port_of_netdev(master.index, &master.name).map_err(|e| {
+        Error::io(
+            format!(
+                "cannot list the RDMA ports of this node (rail {})",
+                master.name
+            ),
+            e,
+        )
+    })?;
+    match found {
+        Some(mut found) => {
+            if let Some(p) = port {
+                found.port = p;
+            }
+            Ok(found)
+        }
+        None => Err(Error::NoRdmaPort(format!(
+            "rail {} has no RDMA port: expected an RDMA device (e.g. mlx5_N, or rxeN for \
+             Soft-RoCE) whose port is bound to {}; check `rdma link show`, that the NIC's RDMA \
+             driver is loaded, or set \"rdma\": {{\"device\": ...}} in the NAD",
+            master.name, master.name
+        ))),
+    }
+}
+
+/// The node as sysfs and RDMA netlink show it from the plugin's (host) namespace.
+pub struct System {
+    /// `/sys`, or a recorded tree in tests.
+    pub sys: PathBuf,
+}
+
+impl Default for System {
+    fn default() -> Self {
+        System {
+            sys: PathBuf::from("/sys"),
+        }
+    }
+}
+
+impl System {
+    fn names(dir: PathBuf) -> io::Result<Option<Vec<String>>> {
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let mut names = entries
+            .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
+            .collect::<io::Result<Vec<_>>>()?;
+        names.sort();
+        Ok(Some(names))
+    }
+}
+
+impl Node for System {
+    fn pci_netdevs(&self, addr: &str) -> io::Result<Option<Vec<String>>> {
+        let dev = self.sys.join("bus/pci/devices").join(addr);
+        if !dev.exists() {
+            return Ok(None);
+        }
+        if let Some(netdevs) = Self::names(dev.join("net"))? {
+            return Ok(Some(netdevs));
+        }
+        // virtio-net (VMs, some clouds) puts the netdev one level down, under the virtio
+        // device: <pci>/virtioN/net/<netdev>.
+        let mut netdevs = Vec::new();
+        for sub in Self::names(dev.clone())?.unwrap_or_default() {
+            if sub.starts_with("virtio") {
+                netdevs.extend(Self::names(dev.join(sub).join("net"))?.unwrap_or_default());
+            }
+        }
+        Ok(Some(netdevs))
+    }
+
+    fn rdma_netdevs(&self, device: &str) -> io::Result<Option<Vec<String>>> {
+        if !rdma::valid_device_name(device) {
+            return Ok(None);
+        }
+        let class = self.sys.join("class/infiniband").join(device);
+        if !class.exists() {
+            return Ok(None);
+        }
+        // RDMA netlink knows every port's netdev (also Soft-RoCE's, which has no PCI parent);
+        // the PCI function's net/ directory is the fallback when netlink cannot answer.
+        let mut netdevs: Vec<String> = match crate::kernel::rdma::device_ports(device) {
+            Ok(ports) => ports.into_iter().filter_map(|p| p.ndev_name).collect(),
+            Err(err) => {
+                tracing::debug!(device, error = %err, "RDMA netlink failed; trying sysfs");
+                Vec::new()
+            }
+        };
+        if netdevs.is_empty() {
+            netdevs = Self::names(class.join("device/net"))?.unwrap_or_default();
+        }
+        netdevs.sort();
+        netdevs.dedup();
+        Ok(Some(netdevs))
+    }
+
+    fn all_rdma_netdevs(&self) -> Vec<String> {
+        crate::kernel::rdma::netlink_ports()
+            .map(|ports| ports.into_iter().filter_map(|p| p.ndev_name).collect())
+            .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use std::collections::BTreeMap;
+
+    /// A node with PCI functions and RDMA devices.
+    #[derive(Default)]
+    struct FakeNode {
+        pci: BTreeMap<&'static str, Vec<&'static str>>,
+        rdma: BTreeMap<&'static str, Vec<&'static str>>,
+    }
+
+    fn strings(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    impl Node for FakeNode {
+        fn pci_netdevs(&self, addr: &str) -> io::Result<Option<Vec<String>>> {
+            Ok(self.pci.get(addr).map(|v| strings(v)))
+        }
+        fn rdma_netdevs(&self, device: &str) -> io::Result<Option<Vec<String>>> {
+            Ok(self.rdma.get(device).map(|v| strings(v)))
+        }
+        fn all_rdma_netdevs(&self) -> Vec<String> {
+            self.rdma
+                .values()
+                .flatten()
+                .map(|s| s.to_string())
+                .collect()
+        }
+    }
+
+    /// Two ConnectX rails: 0000:0c:00.0 = rdma6 (mlx5_6), 0000:0d:00.0 = rdma7 (mlx5_7), and a
+    /// switchdev PF with representors.
+    fn node() -> FakeNode {
+        let mut n = FakeNode::default();
+        n.pci.insert("0000:0c:00.0", vec!["rdma6"]);
+        n.pci.insert("0000:0d:00.0", vec!["rdma7"]);
+        n.pci
+            .insert("0000:0e:00.0", vec!["pf0vf0", "rdma8", "pf0vf1"]);
+        n.pci.insert("0000:0f:00.0", vec![]);
+        n.rdma.insert("mlx5_6", vec!["rdma6"]);
+        n.rdma.insert("mlx5_7", vec!["rdma7"]);
+        n.rdma.insert("mlx5_8", vec!["rdma8"]);
+        n.rdma.insert("mlx5_9", vec![]);
+        n
+    }
+
+    fn inputs(conf: Value) -> Result<Inputs> {
+        let s = |k: &str| conf.get(k).and_then(Value::as_str).map(String::from);
+        Inputs::new(
+            s("master"),
+            s("rdmaDevice"),
+            s("deviceID"),
+            conf.pointer("/runtimeConfig/deviceID")
+                .and_then(Value::as_str)
+                .map(String::from),
+            conf.get("args"),
+            AllowedRails::parse(conf.get("allowedRails"))?,
+        )
+    }
+
+    fn rail(conf: Value) -> Result<Rail> {
+        resolve(&inputs(conf)?, &node())
+    }
+
+    fn refused(conf: Value, code: u32, needle: &str) {
+        let err = rail(conf).unwrap_err();
+        assert_eq!(err.code(), code, "{err}");
+        assert!(
+            err.to_string().contains(needle),
+            "{err} should say {needle:?}"
+        );
+    }
+
+    #[test]
+    fn master_alone_is_the_rail() {
+        let r = rail(json!({"master": "rdma6"})).unwrap();
+        assert_eq!(r.netdev, "rdma6");
+        assert_eq!(r.rdma_device, None);
+        assert_eq!(r.chosen_by, "\"master\" rdma6");
+    }
+
+    #[test]
+    fn device_id_picks_the_pci_functions_netdev() {
+        let r = rail(json!({"deviceID": "0000:0D:00.0"})).unwrap();
+        assert_eq!(r.netdev, "rdma7");
+        assert!(r.chosen_by.contains("0000:0d:00.0"));
+        // Agreeing inputs are fine.
+        assert_eq!(
+            rail(json!({"deviceID": "0000:0d:00.0", "master": "rdma7"}))
+                .unwrap()
+                .netdev,
+            "rdma7"
+        );
+        let r = rail(json!({"deviceID": "0000:0d:00.0", "rdmaDevice": "mlx5_7"})).unwrap();
+        assert_eq!(
+            (r.netdev.as_str(), r.rdma_device.as_deref()),
+            ("rdma7", Some("mlx5_7"))
+        );
+        // runtimeConfig.deviceID (the CNI deviceID capability) counts the same.
+        assert_eq!(
+            rail(json!({"runtimeConfig": {"deviceID": "0000:0c:00.0"}}))
+                .unwrap()
+                .netdev,
+            "rdma6"
+        );
+    }
+
+    #[test]
+    fn device_id_of_a_switchdev_pf_takes_the_uplink() {
+        assert_eq!(
+            rail(json!({"deviceID": "0000:0e:00.0"})).unwrap().netdev,
+            "rdma8"
+        );
+    }
+
+    #[test]
+    fn rdma_device_alone_picks_its_port_netdev() {
+        let r = rail(json!({"rdmaDevice": "mlx5_7"})).unwrap();
+        assert_eq!(r.netdev, "rdma7");
+        assert_eq!(r.rdma_device.as_deref(), Some("mlx5_7"));
+    }
+
+    #[test]
+    fn master_with_rdma_device_keeps_rdma_device_as_the_gid_table() {
+        // A VLAN on the rail has no RDMA port of its own: no comparison.
+        let r = rail(json!({"master": "rdma6.100", "rdmaDevice": "mlx5_6"})).unwrap();
+        assert_eq!(r.netdev, "rdma6.100");
+        assert_eq!(r.rdma_device.as_deref(), Some("mlx5_6"));
+    }
+
+    #[test]
+    fn cni_args_replace_the_nads_selection() {
+        let r = rail(
+            json!({"master": "rdma6", "rdmaDevice": "mlx5_6", "allowedRails": ["rdma*"],
+                            "args": {"cni": {"master": "rdma7"}}}),
+        )
+        .unwrap();
+        assert_eq!(r.netdev, "rdma7");
+        assert_eq!(
+            r.rdma_device, None,
+            "the NAD's rdma.device must not leak in"
+        );
+        assert_eq!(r.chosen_by, "\"args.cni.master\" rdma7");
+        let r = rail(json!({"master": "rdma6", "allowedRails": ["rdma7"],
+                        "args": {"cni": {"rdmaDevice": "mlx5_7"}}}))
+        .unwrap();
+        assert_eq!(r.netdev, "rdma7");
+        assert_eq!(r.rdma_device.as_deref(), Some("mlx5_7"));
+        // Unrelated cni-args of other plugins are left alone.
+        let r =
+            rail(json!({"master": "rdma6", "args": {"cni": {"ips": ["10.0.0.1/24"]}}})).unwrap();
+        assert_eq!(r.netdev, "rdma6");
+    }
+
+    /// cni-args come from the pod: only rails the NAD allows may be chosen with them, whatever
+    /// names the rail (a netdev, or an RDMA device whose port is that netdev).
+    #[test]
+    fn cni_args_choose_only_rails_the_nad_allows() {
+        // No allowedRails: no pod choice at all, whichever key.
+        for args in [json!({"master": "rdma7"}), json!({"rdmaDevice": "mlx5_7"})] {
+            refused(json!({"args": {"cni": args}}), 7, "lets no pod choose it");
+        }
+        // A rail outside the list, by netdev or through its RDMA device.
+        let nad =
+            |args: Value| json!({"allowedRails": ["rdma6", "gpu?rail"], "args": {"cni": args}});
+        refused(
+            nad(json!({"master": "rdma7"})),
+            7,
+            "\"args.cni.master\" rdma7 is rail rdma7, which this NAD does not allow",
+        );
+        refused(
+            nad(json!({"rdmaDevice": "mlx5_7"})),
+            7,
+            "\"args.cni.rdmaDevice\" mlx5_7 is rail rdma7",
+        );
+        // Inside it.
+        assert_eq!(
+            rail(nad(json!({"master": "rdma6"}))).unwrap().netdev,
+            "rdma6"
+        );
+        assert_eq!(
+            rail(nad(json!({"rdmaDevice": "mlx5_6"}))).unwrap().netdev,
+            "rdma6"
+        );
+        // deviceID is the device plugin's, not the pod's: no allowedRails needed.
+        assert_eq!(
+            rail(json!({"deviceID": "0000:0d:00.0"})).unwrap().netdev,
+            "rdma7"
+        );
+        // A deviceID does not open the door to cni-args either.
+        refused(
+            json!({"deviceID": "0000:0d:00.0", "args": {"cni": {"master": "rdma7"}}}),
+            7,
+            "lets no pod choose it",
+        );
+    }
+
+    #[test]
+    fn allowed_rails_are_names_or_globs() {
+        let allowed = AllowedRails::parse(Some(&json!(["rdma*", "ens?f0np0", "eth1"]))).unwrap();
+        for yes in ["rdma0", "rdma15", "rdma", "ens1f0np0", "eth1"] {
+            assert!(allowed.allows(yes), "{yes}");
+        }
+        for no in ["eth0", "eth10", "ens10f0np0", "xrdma0", "ens1f0np1", ""] {
+            assert!(!allowed.allows(no), "{no}");
+        }
+        assert!(AllowedRails::parse(None).unwrap().is_empty());
+        for bad in [
+            json!([]),
+            json!("rdma*"),
+            json!([3]),
+            json!([""]),
+            json!(["a/b"]),
+            json!(["a b"]),
+            json!(["rdma[0-3]"]),
+            json!(["sixteen-chars-xx"]),
+        ] {
+            let err = AllowedRails::parse(Some(&bad)).unwrap_err();
+            assert_eq!(err.code(), 7, "{bad}");
+            assert!(err.to_string().contains("allowedRails"), "{err}");
+        }
+    }
+
+    #[test]
+    fn glob_matching() {
+        for (p, n, want) in [
+            ("*", "", true),
+            ("*", "abc", true),
+            ("a*c", "abbbc", true),
+            ("a*c", "abcd", false),
+            ("*b*", "abc", true),
+            ("a?c", "abc", true),
+            ("a?c", "ac", false),
+            ("**", "x", true),
+            ("a*b*c", "aXbYbZc", true),
+            ("a*b*c", "aXcYb", false),
+            ("", "", true),
+            ("", "a", false),
+        ] {
+            assert_eq!(glob_match(p.as_bytes(), n.as_bytes()), want, "{p} {n}");
+        }
+    }
+
+    #[test]
+    fn conflicts_are_code_7_and_name_both_inputs() {
+        refused(
+            json!({"deviceID": "0000:0d:00.0", "master": "rdma6"}),
+            7,
+            "conflicting rails: \"deviceID\" 0000:0d:00.0 is rail rdma7, but \"master\" rdma6",
+        );
+        refused(
+            json!({"deviceID": "0000:0d:00.0", "rdmaDevice": "mlx5_6"}),
+            7,
+            "\"rdma.device\" mlx5_6",
+        );
+        refused(
+            json!({"deviceID": "0000:0d:00.0", "allowedRails": ["rdma*"],
+                   "args": {"cni": {"master": "rdma6"}}}),
+            7,
+            "\"args.cni.master\" rdma6",
+        );
+        refused(
+            json!({"deviceID": "0000:0d:00.0", "allowedRails": ["rdma*"],
+                   "args": {"cni": {"rdmaDevice": "mlx5_6"}}}),
+            7,
+            "\"args.cni.rdmaDevice\" mlx5_6",
+        );
+        let err = inputs(json!({"deviceID": "0000:0d:00.0",
+                                "runtimeConfig": {"deviceID": "0000:0c:00.0"}}))
+        .unwrap_err();
+        assert_eq!(err.code(), 7);
+    }
+
+    #[test]
+    fn counter_device_ids_are_explained() {
+        for counter in ["0", "3", "15"] {
+            let err = inputs(json!({"deviceID": counter})).unwrap_err();
+            assert_eq!(err.code(), 7);
+            let msg = err.to_string();
+            assert!(msg.contains("is a counter, not a PCI address"), "{msg}");
+            assert!(msg.contains("RDMA shared device plugin"), "{msg}");
+        }
+        for bad in [
+            "mlx5_core.sf.2",
+            "00:04.0",
+            "0000:00:04.8",
+            "0000:0g:00.0",
+            "",
+        ] {
+            let err = inputs(json!({"deviceID": bad})).unwrap_err();
+            assert_eq!(err.code(), 7, "{bad}");
+            assert!(
+                err.to_string().contains("not a PCI address"),
+                "{bad}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn lookups_that_find_nothing_say_so() {
+        refused(json!({"deviceID": "0000:99:00.0"}), 100, "found none");
+        refused(json!({"deviceID": "0000:0f:00.0"}), 100, "no netdev");
+        refused(json!({"rdmaDevice": "mlx5_99"}), 101, "does not exist");
+        refused(json!({"rdmaDevice": "mlx5_9"}), 101, "no port bound");
+        refused(json!({}), 7, "no rail named");
+        refused(json!({"args": {"cni": {}}}), 7, "no rail named");
+    }
+
+    #[test]
+    fn bad_cni_args_are_code_7() {
+        for args in [
+            json!({"cni": "rdma3"}),
+            json!({"cni": {"master": 3}}),
+            json!({"cni": {"master": "a/b"}}),
+            json!({"cni": {"rdmaDevice": "../x"}}),
+        ] {
+            let err = inputs(json!({"args": args})).unwrap_err();
+            assert_eq!(err.code(), 7, "{args}: {err}");
+        }
+    }
+
+    #[test]
+    fn system_reads_pci_netdevs_from_sysfs() {
+        let dir = tempfile::tempdir().unwrap();
+        let dev = dir.path().join("bus/pci/devices/0000:00:04.0");
+        std::fs::create_dir_all(dev.join("net/rdma1")).unwrap();
+        std::fs::create_dir_all(dir.path().join("bus/pci/devices/0000:00:05.0")).unwrap();
+        let virtio = dir
+            .path()
+            .join("bus/pci/devices/0000:00:06.0/virtio3/net/rdma2");
+        std::fs::create_dir_all(virtio).unwrap();
+        let sys = System {
+            sys: dir.path().to_path_buf(),
+        };
+        assert_eq!(
+            sys.pci_netdevs("0000:00:04.0").unwrap(),
+            Some(vec!["rdma1".to_string()])
+        );
+        assert_eq!(sys.pci_netdevs("0000:00:05.0").unwrap(), Some(vec![]));
+        assert_eq!(
+            sys.pci_netdevs("0000:00:06.0").unwrap(),
+            Some(vec!["rdma2".to_string()])
+        );
+        assert_eq!(sys.pci_netdevs("0000:00:07.0").unwrap(), None);
+        assert_eq!(sys.rdma_netdevs("mlx5_0").unwrap(), None);
+    }
+}

@@ -1,0 +1,201 @@
+//! CHECK: the attachment is still what ADD built. Each difference is named in the error.
+
+use netlink_packet_route::link::{InfoKind, IpVlanMode};
+
+use crate::attach::ipam::Ipam;
+use crate::attach::ipv6;
+use crate::attach::rail;
+use crate::attach::routing;
+use crate::kernel::netlink::Netlink;
+use crate::kernel::netns::Netns;
+use crate::kernel::rdma::{GidType, Sysfs};
+use crate::kernel::sysctl;
+use crate::protocol::cni::{CniResult, Env, Roce};
+use crate::protocol::config::NetConf;
+use crate::protocol::error::{Error, Result};
+
+pub async fn check(env: &Env, conf: &NetConf) -> Result<()> {
+    let prev = conf.prev_result.as_ref().ok_or_else(|| {
+        Error::InvalidConfig(
+            "CHECK needs \"prevResult\": the runtime must pass the ADD result".into(),
+        )
+    })?;
+    let prev = CniResult::parse(prev)
+        .map_err(|e| Error::InvalidConfig(format!("\"prevResult\" cannot be read: {e}")))?;
+    let netns = Netns::open(
+        env.netns
+            .as_deref()
+            .expect("Env::parse requires CNI_NETNS for CHECK"),
+    )?;
+    netns.refuse_own()?;
+    let differs = |what: String| {
+        Err(Error::CheckFailed(format!(
+            "{} in {}: {what}",
+            env.ifname,
+            netns.path().display()
+        )))
+    };
+
+    let host = Netlink::current()?;
+    let (_, master) = rail::find(&conf.rail, &host, Error::CheckFailed).await?;
+    let pod = Netlink::in_netns(&netns)?;
+    let Some(child) = pod.link_by_name(&env.ifname).await? else {
+        return differs("expected an IPvlan child, found no such interface".into());
+    };
+    if child.kind != Some(InfoKind::IpVlan) || child.ipvlan_mode != Some(IpVlanMode::L2) {
+        return differs(format!(
+            "expected an IPvlan L2 child, found kind {:?} mode {:?}",
+            child.kind, child.ipvlan_mode
+        ));
+    }
+    if child.parent != Some(master.index) {
+        return differs(format!(
+            "expected a child of rail {} (#{}), found parent #{:?}",
+            master.name, master.index, child.parent
+        ));
+    }
+
+    let ours = prev
+        .interfaces
+        .iter()
+        .position(|i| i.name == env.ifname && !i.sandbox.is_empty());
+    let Some(iface) = ours.map(|i| &prev.interfaces[i]) else {
+        return differs(format!(
+            "expected prevResult to list interface {} with its sandbox, found interfaces {:?}",
+            env.ifname,
+            prev.interfaces.iter().map(|i| &i.name).collect::<Vec<_>>()
+        ));
+    };
+    let sandbox = netns.path().display().to_string();
+    if iface.sandbox != sandbox {
+        return differs(format!(
+            "expected the sandbox of prevResult's interface to be CNI_NETNS {sandbox}, found {}",
+            iface.sandbox
+        ));
+    }
+    if !iface.mac.is_empty() && !iface.mac.eq_ignore_ascii_case(&child.mac_string()) {
+        return differs(format!(
+            "expected MAC {} (prevResult), found {}",
+            iface.mac,
+            child.mac_string()
+        ));
+    }
+    let addrs = pod.addresses(child.index).await?;
+    for ip in prev
+        .ips
+        .iter()
+        .filter(|ip| ip.interface.is_none() || ip.interface == ours)
+    {
+        if !addrs.contains(&ip.address) {
+            return differs(format!(
+                "expected address {}, found {}",
+                ip.address,
+                listed(&addrs, "none")
+            ));
+        }
+    }
+
+    // On a SLAAC rail the router's advertisements may rewrite some of them (ipv6.rs).
+    for s in conf.sysctls.iter().filter(|s| ipv6::checks_sysctl(conf, s)) {
+        let found = netns.run(|| sysctl::read(s))??;
+        if found != s.value {
+            return differs(format!(
+                "expected sysctl {} = {}, found {found}",
+                s.key, s.value
+            ));
+        }
+    }
+
+    let ips: Vec<_> = prev
+        .ips
+        .iter()
+        .filter(|ip| ip.interface.is_none() || ip.interface == ours)
+        .cloned()
+        .collect();
+    let plan = routing::plan(child.index, &ips, &prev.routes, conf.source_routing);
+    if let Some(table) = plan.table {
+        for source in &plan.rules {
+            if !pod
+                .rules(source.is_ipv6())
+                .await?
+                .iter()
+                .any(|r| r.table == table && r.source == Some(*source))
+            {
+                return differs(format!(
+                    "expected rule \"from {source} lookup {table}\", found none"
+                ));
+            }
+        }
+    }
+    for route in &plan.routes {
+        let found = pod
+            .table_destinations(route.table, route.dst.is_ipv6())
+            .await?;
+        if !found.contains(&route.dst) {
+            return differs(format!(
+                "expected a route to {} in table {}, found routes to {}",
+                route.dst,
+                route.table,
+                listed(&found, "nothing")
+            ));
+        }
+    }
+
+    // libcni drops the `roce` extension from prevResult, so the ifalias written at ADD is
+    // where the reported GID is kept.
+    let alias = child.alias.clone().unwrap_or_default();
+    let Some(roce) = Roce::from_ifalias(&alias) else {
+        return differs(format!(
+            "expected ifalias \"rdma_dev=... port=... gid_index=... gid=...\", found {alias:?}"
+        ));
+    };
+    if let Some(what) = ipv6::check(conf, &pod, child.index, roce.gid).await? {
+        return differs(what);
+    }
+    let port = crate::kernel::rdma::RdmaPort {
+        device: roce.rdma_device.clone(),
+        port: roce.port,
+    };
+    let table = netns
+        .run(|| Sysfs::system().read_gid_table(&port))?
+        .map_err(|e| {
+            Error::io(
+                format!(
+                    "cannot read the GID table of {} port {}",
+                    port.device, port.port
+                ),
+                e,
+            )
+        })?;
+    let at_index = table.slots.iter().find(|s| s.index == roce.gid_index);
+    match at_index {
+        Some(slot) if slot.gid == Some(roce.gid) && slot.gid_type == Some(GidType::RoceV2) => {}
+        other => {
+            return differs(format!(
+                "expected RoCE v2 GID {} at index {} of {} port {}, found {}",
+                roce.gid,
+                roce.gid_index,
+                port.device,
+                port.port,
+                other.map_or_else(|| "no such slot".to_owned(), |slot| slot.to_string())
+            ))
+        }
+    }
+
+    if let Some(ipam) = Ipam::find(env, conf)? {
+        ipam.check(&prev)?;
+    }
+    Ok(())
+}
+
+/// `items` joined with ", " for a message, or `none` when there are none.
+fn listed<T: std::fmt::Display>(items: &[T], none: &str) -> String {
+    if items.is_empty() {
+        return none.to_string();
+    }
+    items
+        .iter()
+        .map(T::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}

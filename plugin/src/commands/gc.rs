@@ -1,0 +1,102 @@
+//! GC (CNI 1.1): release the state of attachments the runtime no longer knows.
+//!
+//! The runtime lists the attachments still in use in `cni.dev/valid-attachments`
+//! (`[{"containerID": ..., "ifname": ...}]`); everything else of this network may go.
+//!
+//! What roce-ipvlan itself keeps, and why GC has nothing of its own to remove:
+//! - the IPvlan child, its addresses, per-interface sysctls, routing table and rules live in the
+//!   pod's network namespace and disappear with it; a GC request carries no namespace paths, so
+//!   there is nothing to look at even if one outlived its pod;
+//! - the Multus device-info file (device_info.rs) sits at a path Multus chooses per attachment
+//!   (`runtimeConfig.CNIDeviceInfoFile`), which a GC request does not carry and which cannot be
+//!   derived from a container ID: it cannot be enumerated, and Multus removes its own directory
+//!   entries;
+//! - there is no cache, lock file or database.
+//!
+//! So GC checks the request and forwards it to the IPAM plugin (host-local's allocations, for
+//! instance, are exactly the state that outlives a crashed runtime), when that plugin speaks
+//! CNI 1.1; an older IPAM plugin is skipped with a log line.
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::attach::ipam::{Delegated, Ipam};
+use crate::protocol::cni::{self, Env};
+use crate::protocol::config::NetConf;
+use crate::protocol::error::{Error, Result};
+
+/// The key the spec names (libcni also sends the misspelt `cni.dev/attachments`, spec issue
+/// #1101; it carries the same list).
+pub const VALID_ATTACHMENTS: &str = "cni.dev/valid-attachments";
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct Attachment {
+    #[serde(rename = "containerID")]
+    pub container_id: String,
+    pub ifname: String,
+}
+
+pub async fn gc(env: &Env, conf: &NetConf) -> Result<()> {
+    cni::require_status_gc(&conf.cni_version, "GC")?;
+    let valid = valid_attachments(&conf.raw)?;
+    tracing::info!(
+        valid = valid.len(),
+        "GC: roce-ipvlan keeps no per-attachment state outside the pods' namespaces; \
+         forwarding to IPAM"
+    );
+    if let Some(ipam) = Ipam::find(env, conf)? {
+        if ipam.gc()? == Delegated::Forwarded {
+            tracing::info!("IPAM GC done");
+        }
+    }
+    Ok(())
+}
+
+/// The attachments the runtime still uses. A missing list is refused rather than read as
+/// "none": forwarded as is, it would let the IPAM plugin release every address of the network
+/// because of a runtime bug. An empty list is the runtime's explicit word and is accepted.
+pub fn valid_attachments(raw: &Value) -> Result<Vec<Attachment>> {
+    let Some(list) = raw.get(VALID_ATTACHMENTS) else {
+        return Err(Error::InvalidConfig(format!(
+            "GC needs \"{VALID_ATTACHMENTS}\": the list of attachments still in use (an empty \
+             list releases everything); the runtime did not send it"
+        )));
+    };
+    serde_json::from_value(list.clone()).map_err(|e| {
+        Error::InvalidConfig(format!(
+            "\"{VALID_ATTACHMENTS}\" is {list}: expected [{{\"containerID\": ..., \"ifname\": \
+             ...}}, ...] ({e})"
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn valid_attachments_are_read_and_checked() {
+        let raw = json!({ VALID_ATTACHMENTS: [
+            {"containerID": "c1", "ifname": "net1"},
+            {"containerID": "c2", "ifname": "net2"}
+        ]});
+        let list = valid_attachments(&raw).unwrap();
+        assert_eq!(list.len(), 2);
+        assert_eq!(list[1].container_id, "c2");
+        assert_eq!(
+            valid_attachments(&json!({ VALID_ATTACHMENTS: [] })).unwrap(),
+            vec![]
+        );
+        for bad in [
+            json!({}),
+            json!({ VALID_ATTACHMENTS: "c1" }),
+            json!({ VALID_ATTACHMENTS: [{"containerID": "c1"}] }),
+            json!({ VALID_ATTACHMENTS: [{"containerID": 1, "ifname": "net1"}] }),
+        ] {
+            let err = valid_attachments(&bad).unwrap_err();
+            assert_eq!(err.code(), 7, "{err}");
+            assert!(err.to_string().contains(VALID_ATTACHMENTS), "{err}");
+        }
+    }
+}

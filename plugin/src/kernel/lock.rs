@@ -1,0 +1,170 @@
+//! Invocations that must not overlap, serialised with `flock` on files under [`LOCK_DIR`]:
+//! - ADD and DEL of one attachment (container id + ifname): the runtime gives up on an ADD
+//!   (Multus killed, a kubelet timeout) and sends DEL while that ADD, orphaned, still runs; the
+//!   DEL must not clean up half of it and leave the other half to be built after it;
+//! - the pod-wide sysctls of one pod: an ADD saves and writes them (`all.rp_filter`), and a
+//!   failed ADD puts back what it found unless another IPvlan child of the pod relies on the
+//!   new value (add.rs, `restore_pod_wide`). Both are short steps under this lock, and an ADD
+//!   creates its child before its sysctl step, so an undo either sees that child or runs
+//!   before the other ADD saves (and then writes the value itself). The lock is not held over
+//!   the GID wait, so the ADDs of one pod still overlap (a first version held it to the end of
+//!   the ADD and serialised them: 80-concurrency's 4 parallel ADDs per pod timed out).
+//!
+//! A lock is a file per hash bucket, not per attachment or pod, so that their number stays
+//! bounded without ever deleting a lock file (which would race with its next user); two keys
+//! in one bucket only wait for each other. The kernel releases a lock when its holder dies, so
+//! a killed invocation never blocks the next. Order, which rules out a deadlock: the attachment
+//! lock first, then the pod lock, and DEL takes only the first.
+
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::protocol::error::{Error, Result};
+
+pub const LOCK_DIR: &str = "/run/roce-ipvlan/locks";
+const BUCKETS: u64 = 1024;
+
+/// A held lock, released when dropped (or when the process ends).
+#[derive(Debug)]
+pub struct Held {
+    _file: File,
+}
+
+/// What a lock serialises, for its file name and for messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Key {
+    kind: &'static str,
+    what: String,
+    hash: u64,
+}
+
+impl Key {
+    pub fn attachment(container_id: &str, ifname: &str) -> Key {
+        Key {
+            kind: "attachment",
+            what: format!("attachment {container_id}/{ifname}"),
+            hash: fnv1a(&[container_id.as_bytes(), b"\0", ifname.as_bytes()]),
+        }
+    }
+
+    /// A pod, by its network namespace's device and inode (the same for every path to it).
+    pub fn pod(dev: u64, ino: u64) -> Key {
+        Key {
+            kind: "pod",
+            what: format!("pod network namespace {dev}:{ino}"),
+            hash: fnv1a(&[&dev.to_le_bytes(), &ino.to_le_bytes()]),
+        }
+    }
+
+    fn file_name(&self) -> String {
+        format!("{}-{:03x}", self.kind, self.hash % BUCKETS)
+    }
+}
+
+/// FNV-1a (64 bit): fixed, so that every release of the plugin agrees on the bucket of a key.
+fn fnv1a(parts: &[&[u8]]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for part in parts {
+        for b in *part {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    h
+}
+
+/// Takes the lock of `key` in [`LOCK_DIR`], waiting at most `limit`.
+pub fn acquire(key: &Key, limit: Duration) -> Result<Held> {
+    acquire_in(Path::new(LOCK_DIR), key, limit)
+}
+
+pub fn acquire_in(dir: &Path, key: &Key, limit: Duration) -> Result<Held> {
+    let path = dir.join(key.file_name());
+    let file = open(dir, &path)
+        .map_err(|e| Error::io(format!("cannot open lock file {}", path.display()), e))?;
+    let deadline = Instant::now() + limit;
+    let mut pause = Duration::from_millis(1);
+    let mut warned = false;
+    loop {
+        // SAFETY: flock on an fd this function owns; no memory is passed.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return Ok(Held { _file: file });
+        }
+        let err = std::io::Error::last_os_error();
+        if err.raw_os_error() != Some(libc::EWOULDBLOCK) {
+            return Err(Error::io(format!("cannot lock {}", path.display()), err));
+        }
+        if !warned {
+            tracing::warn!(
+                lock = %path.display(),
+                "another invocation for this {} is running; waiting for it (at most {} ms)",
+                key.kind,
+                limit.as_millis()
+            );
+            warned = true;
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(Error::TryAgainLater(format!(
+                "another ADD or DEL for {} (or a key sharing its lock {}) was still running after \
+                 {} ms: expected it to end within its own time limits; the runtime may retry, \
+                 and `ps` on the node shows the roce-ipvlan process holding it",
+                key.what,
+                path.display(),
+                limit.as_millis()
+            )));
+        }
+        std::thread::sleep(pause.min(deadline - now));
+        pause = (pause * 2).min(Duration::from_millis(20));
+    }
+}
+
+fn open(dir: &Path, path: &PathBuf) -> std::io::Result<File> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_are_fixed_and_bounded() {
+        // Pinned: a change would let two releases of the plugin take different locks for one
+        // attachment during an upgrade.
+        assert_eq!(
+            Key::attachment("abc", "net1").file_name(),
+            format!("attachment-{:03x}", fnv1a(&[b"abc\0net1"]) % BUCKETS)
+        );
+        assert_eq!(fnv1a(&[b"a"]), 0xaf63_dc4c_8601_ec8c);
+        assert_ne!(
+            Key::attachment("abc", "net1"),
+            Key::attachment("abc", "net2")
+        );
+        assert!(Key::pod(3, 4026532000).file_name().starts_with("pod-"));
+    }
+
+    #[test]
+    fn a_held_lock_makes_the_next_wait_and_time_out_then_frees_on_drop() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = Key::attachment("c1", "net1");
+        let held = acquire_in(dir.path(), &key, Duration::from_millis(10)).unwrap();
+        let err = acquire_in(dir.path(), &key, Duration::from_millis(30)).unwrap_err();
+        assert_eq!(err.code(), 11, "{err}");
+        assert!(err.to_string().contains("attachment c1/net1"), "{err}");
+        drop(held);
+        acquire_in(dir.path(), &key, Duration::from_millis(10)).unwrap();
+    }
+}

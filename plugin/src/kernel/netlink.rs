@@ -1,0 +1,814 @@
+//! A thin wrapper over rtnetlink with the plain verbs the plugin needs.
+//!
+//! A `Netlink` is bound to one network namespace: the one its socket was created in. For the
+//! pod's namespace the socket is created on a short-lived thread inside it (netns.rs) and then
+//! driven by the runtime on the main thread, which never changes namespace.
+
+use std::net::IpAddr;
+
+use futures::TryStreamExt;
+use ipnetwork::IpNetwork;
+use netlink_packet_route::address::{AddressAttribute, AddressFlags, AddressMessage};
+use netlink_packet_route::link::{
+    InfoData, InfoIpVlan, InfoKind, IpVlanMode, LinkAttribute, LinkFlags, LinkInfo, LinkMessage,
+};
+use netlink_packet_route::route::{RouteScope, RouteType};
+use netlink_packet_route::rule::{RuleAction, RuleAttribute, RuleMessage};
+use netlink_packet_route::AddressFamily;
+use rtnetlink::{Handle, IpVersion, LinkIpVlan, LinkUnspec, RouteMessageBuilder};
+
+use crate::kernel::netns::Netns;
+use crate::protocol::error::{Error, Result};
+
+pub struct Netlink {
+    handle: Handle,
+}
+
+/// Runs `work` on the one kind of runtime the plugin and its tools use: current-thread (the
+/// main thread drives every socket; namespaces are entered on threads of their own, netns.rs).
+pub fn block_on<F: std::future::Future>(work: F) -> Result<F::Output> {
+    Ok(runtime()?.block_on(work))
+}
+
+/// The runtime `block_on` uses, for a caller that ends the process after its work and so
+/// need not shut the runtime down (the CNI commands: `lib::dispatch`).
+pub fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::io("cannot start the async runtime", e))
+}
+
+/// What the plugin needs to know about a link.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Link {
+    pub index: u32,
+    pub name: String,
+    pub mtu: u32,
+    pub mac: Vec<u8>,
+    pub admin_up: bool,
+    pub kind: Option<InfoKind>,
+    pub ipvlan_mode: Option<IpVlanMode>,
+    /// IFLA_LINK: the parent's index (in the parent's namespace for a child moved elsewhere).
+    pub parent: Option<u32>,
+    /// IFLA_LINK_NETNSID was present: the parent lives in another namespace, so `parent` is an
+    /// index of that namespace.
+    pub parent_elsewhere: bool,
+    pub alias: Option<String>,
+}
+
+impl Link {
+    pub fn mac_string(&self) -> String {
+        self.mac
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<Vec<_>>()
+            .join(":")
+    }
+}
+
+/// An IPv6 address of a link with the flags that tell SLAAC and DAD state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Addr6 {
+    pub index: u32,
+    pub addr: std::net::Ipv6Addr,
+    pub prefix: u8,
+    pub flags: AddressFlags,
+}
+
+/// An address of a link (either family) with its flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Addr {
+    pub index: u32,
+    pub ip: IpAddr,
+    pub prefix: u8,
+    pub flags: AddressFlags,
+}
+
+/// A change of an IPv6 address, from the kernel's RTNLGRP_IPV6_IFADDR notifications.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AddrEvent {
+    New(Addr6),
+    Del(Addr6),
+}
+
+/// A subscription to IPv6 address changes in one namespace.
+pub struct AddrEvents {
+    rx: futures::channel::mpsc::UnboundedReceiver<(
+        netlink_packet_core::NetlinkMessage<netlink_packet_route::RouteNetlinkMessage>,
+        netlink_sys::SocketAddr,
+    )>,
+}
+
+impl AddrEvents {
+    /// Subscribes in `ns`; events that happen after this call are not missed. `also` runs on
+    /// the same thread in `ns` (one thread into the namespace for both), for another socket
+    /// that must be opened there.
+    pub fn subscribe_with<T: Send>(
+        ns: &Netns,
+        also: impl FnOnce() -> T + Send,
+    ) -> Result<(AddrEvents, T)> {
+        let runtime = tokio::runtime::Handle::current();
+        let (subscribed, other) = ns.run(move || {
+            let _guard = runtime.enter();
+            let subscribed =
+                rtnetlink::new_multicast_connection(&[rtnetlink::MulticastGroup::Ipv6Ifaddr]);
+            (subscribed, also())
+        })?;
+        let (conn, _handle, rx) =
+            subscribed.map_err(|e| Error::io("cannot subscribe to IPv6 address events", e))?;
+        tokio::spawn(conn);
+        Ok((AddrEvents { rx }, other))
+    }
+
+    /// The next address event; `None` if the subscription ended.
+    pub async fn next(&mut self) -> Option<AddrEvent> {
+        use futures::StreamExt;
+        use netlink_packet_core::NetlinkPayload;
+        use netlink_packet_route::RouteNetlinkMessage;
+        while let Some((msg, _)) = self.rx.next().await {
+            let event = match msg.payload {
+                NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewAddress(m)) => {
+                    parse_addr6(&m).map(AddrEvent::New)
+                }
+                NetlinkPayload::InnerMessage(RouteNetlinkMessage::DelAddress(m)) => {
+                    parse_addr6(&m).map(AddrEvent::Del)
+                }
+                _ => None,
+            };
+            if event.is_some() {
+                return event;
+            }
+        }
+        None
+    }
+}
+
+fn parse_addr6(m: &AddressMessage) -> Option<Addr6> {
+    let addr = m.attributes.iter().find_map(|a| match a {
+        AddressAttribute::Address(IpAddr::V6(ip)) => Some(*ip),
+        _ => None,
+    })?;
+    Some(Addr6 {
+        index: m.header.index,
+        addr,
+        prefix: m.header.prefix_len,
+        flags: address_flags(m),
+    })
+}
+
+/// An address with its flags: IFA_LOCAL (the local end of a point-to-point link), else
+/// IFA_ADDRESS.
+fn parse_addr(m: &AddressMessage) -> Option<Addr> {
+    let attr = |local: bool| {
+        m.attributes.iter().find_map(|a| match a {
+            AddressAttribute::Local(ip) if local => Some(*ip),
+            AddressAttribute::Address(ip) if !local => Some(*ip),
+            _ => None,
+        })
+    };
+    Some(Addr {
+        index: m.header.index,
+        ip: attr(true).or_else(|| attr(false))?,
+        prefix: m.header.prefix_len,
+        flags: address_flags(m),
+    })
+}
+
+/// The 32-bit IFA_FLAGS attribute carries what the 8-bit header field cannot (e.g.
+/// MANAGETEMPADDR); the header's flags on kernels that omit it.
+fn address_flags(m: &AddressMessage) -> AddressFlags {
+    m.attributes
+        .iter()
+        .find_map(|a| match a {
+            AddressAttribute::Flags(f) => Some(*f),
+            _ => None,
+        })
+        .unwrap_or_else(|| AddressFlags::from_bits_retain(u32::from(m.header.flags.bits())))
+}
+
+/// A policy rule as the plugin cares about it.
+#[derive(Debug, Clone)]
+pub struct Rule {
+    pub source: Option<IpAddr>,
+    pub table: u32,
+    message: RuleMessage,
+}
+
+impl Netlink {
+    /// A socket in the calling thread's namespace. Must run inside the tokio runtime.
+    pub fn current() -> Result<Netlink> {
+        let (conn, handle, _) = rtnetlink::new_connection()
+            .map_err(|e| Error::io("cannot open a netlink socket", e))?;
+        tokio::spawn(conn);
+        Ok(Netlink { handle })
+    }
+
+    /// A socket in `ns`. Must run inside the tokio runtime.
+    pub fn in_netns(ns: &Netns) -> Result<Netlink> {
+        let runtime = tokio::runtime::Handle::current();
+        let (conn, handle, _) = ns
+            .run(move || {
+                // The socket registers with the runtime's reactor from this thread, and keeps
+                // this thread's namespace after the thread is gone.
+                let _guard = runtime.enter();
+                rtnetlink::new_connection()
+            })?
+            .map_err(|e| {
+                Error::io(
+                    format!("cannot open a netlink socket in {}", ns.path().display()),
+                    e,
+                )
+            })?;
+        tokio::spawn(conn);
+        Ok(Netlink { handle })
+    }
+
+    pub async fn link_by_name(&self, name: &str) -> Result<Option<Link>> {
+        let mut links = self
+            .handle
+            .link()
+            .get()
+            .match_name(name.to_string())
+            .execute();
+        match links.try_next().await {
+            Ok(msg) => Ok(msg.map(parse_link)),
+            Err(e) if is_errno(&e, libc::ENODEV) => Ok(None),
+            Err(e) => Err(Error::netlink(format!("cannot look up link {name}"), e)),
+        }
+    }
+
+    /// Every link of this socket's namespace.
+    pub async fn links(&self) -> Result<Vec<Link>> {
+        self.handle
+            .link()
+            .get()
+            .execute()
+            .map_ok(parse_link)
+            .try_collect()
+            .await
+            .map_err(|e| Error::netlink("cannot list links", e))
+    }
+
+    /// Creates an IPvlan L2 child of `master` (a link of this socket's namespace) directly in
+    /// `target`, so it never appears in the host namespace.
+    pub async fn create_ipvlan_l2(
+        &self,
+        name: &str,
+        master: u32,
+        mtu: Option<u32>,
+        target: &Netns,
+    ) -> Result<()> {
+        use std::os::fd::AsRawFd;
+        let mut builder =
+            LinkIpVlan::new(name, master, IpVlanMode::L2).setns_by_fd(target.fd().as_raw_fd());
+        if let Some(mtu) = mtu {
+            builder = builder.mtu(mtu);
+        }
+        self.handle
+            .link()
+            .add(builder.build())
+            .execute()
+            .await
+            .map_err(|e| {
+                Error::netlink(
+                    format!("cannot create IPvlan L2 child {name} of link #{master}"),
+                    e,
+                )
+            })
+    }
+
+    pub async fn rename(&self, index: u32, name: &str) -> Result<()> {
+        let msg = LinkUnspec::new_with_index(index).name(name).build();
+        self.set_link(msg, || format!("cannot rename link #{index} to {name}"))
+            .await
+    }
+
+    pub async fn set_up(&self, index: u32) -> Result<()> {
+        let msg = LinkUnspec::new_with_index(index).up().build();
+        self.set_link(msg, || format!("cannot bring link #{index} up"))
+            .await
+    }
+
+    pub async fn set_alias(&self, index: u32, alias: &str) -> Result<()> {
+        let msg = LinkUnspec::new_with_index(index)
+            .append_extra_attribute(LinkAttribute::IfAlias(alias.to_string()))
+            .build();
+        self.set_link(msg, || format!("cannot set the alias of link #{index}"))
+            .await
+    }
+
+    async fn set_link(&self, msg: LinkMessage, what: impl FnOnce() -> String) -> Result<()> {
+        self.handle
+            .link()
+            .set(msg)
+            .execute()
+            .await
+            .map_err(|e| Error::netlink(what(), e))
+    }
+
+    /// Deletes a link; a link that is already gone is not an error.
+    pub async fn delete_link(&self, index: u32) -> Result<()> {
+        match self.handle.link().del(index).execute().await {
+            Err(e) if !is_errno(&e, libc::ENODEV) => {
+                Err(Error::netlink(format!("cannot delete link #{index}"), e))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    pub async fn add_address(&self, index: u32, addr: IpNetwork) -> Result<()> {
+        self.handle
+            .address()
+            .add(index, addr.ip(), addr.prefix())
+            .execute()
+            .await
+            .map_err(|e| Error::netlink(format!("cannot add address {addr} to link #{index}"), e))
+    }
+
+    pub async fn addresses(&self, index: u32) -> Result<Vec<IpNetwork>> {
+        let msgs: Vec<_> = self
+            .handle
+            .address()
+            .get()
+            .set_link_index_filter(index)
+            .execute()
+            .try_collect()
+            .await
+            .map_err(|e| {
+                Error::netlink(format!("cannot list the addresses of link #{index}"), e)
+            })?;
+        Ok(msgs
+            .iter()
+            .filter_map(parse_addr)
+            .filter(|a| a.index == index)
+            .filter_map(|a| IpNetwork::new(a.ip, a.prefix).ok())
+            .collect())
+    }
+
+    /// Every address of this socket's namespace, with its flags.
+    pub async fn all_addresses(&self) -> Result<Vec<Addr>> {
+        let msgs: Vec<_> = self
+            .handle
+            .address()
+            .get()
+            .execute()
+            .try_collect()
+            .await
+            .map_err(|e| Error::netlink("cannot list addresses", e))?;
+        Ok(msgs.iter().filter_map(parse_addr).collect())
+    }
+
+    /// The IPv6 addresses of link `index`, with their flags.
+    pub async fn addresses6(&self, index: u32) -> Result<Vec<Addr6>> {
+        let mut req = self.handle.address().get().set_link_index_filter(index);
+        req.message_mut().header.family = AddressFamily::Inet6;
+        let msgs: Vec<_> = req.execute().try_collect().await.map_err(|e| {
+            Error::netlink(
+                format!("cannot list the IPv6 addresses of link #{index}"),
+                e,
+            )
+        })?;
+        Ok(msgs
+            .iter()
+            .filter_map(parse_addr6)
+            .filter(|a| a.index == index)
+            .collect())
+    }
+
+    /// The IPv6 default router learned on link `index` (from router advertisements), if any.
+    pub async fn default_router6(&self, index: u32) -> Result<Option<std::net::Ipv6Addr>> {
+        use netlink_packet_route::route::{RouteAddress, RouteAttribute};
+        let routes = self.routes(true).await?;
+        Ok(routes.iter().find_map(|r| {
+            let oif = r.attributes.iter().find_map(|a| match a {
+                RouteAttribute::Oif(i) => Some(*i),
+                _ => None,
+            });
+            let gw = r.attributes.iter().find_map(|a| match a {
+                RouteAttribute::Gateway(RouteAddress::Inet6(g)) => Some(*g),
+                _ => None,
+            });
+            (r.header.destination_prefix_length == 0 && oif == Some(index))
+                .then_some(gw)
+                .flatten()
+        }))
+    }
+
+    /// Adds a route through link `dev` into `table`: via `gw` if given, else on-link.
+    pub async fn add_route(
+        &self,
+        table: u32,
+        dst: IpNetwork,
+        gw: Option<IpAddr>,
+        dev: u32,
+        src: Option<IpAddr>,
+    ) -> Result<()> {
+        let what = || format!("cannot add route {dst} via {gw:?} dev #{dev} table {table}");
+        let mut b = RouteMessageBuilder::<IpAddr>::new()
+            .destination_prefix(dst.network(), dst.prefix())
+            .map_err(|e| invalid_route(dst, gw, e))?
+            .output_interface(dev)
+            .table_id(table)
+            .kind(RouteType::Unicast);
+        b = match gw {
+            Some(g) => b
+                .gateway(g)
+                .map_err(|e| invalid_route(dst, gw, e))?
+                .scope(RouteScope::Universe),
+            None => b.scope(RouteScope::Link),
+        };
+        if let Some(src) = src {
+            b = b.pref_source(src).map_err(|e| invalid_route(dst, gw, e))?;
+        }
+        self.handle
+            .route()
+            .add(b.build())
+            .execute()
+            .await
+            .map_err(|e| Error::netlink(what(), e))
+    }
+
+    /// The destinations of the routes of `family` in `table` (`0.0.0.0/0` or `::/0` for a
+    /// default route).
+    pub async fn table_destinations(&self, table: u32, v6: bool) -> Result<Vec<IpNetwork>> {
+        use netlink_packet_route::route::{RouteAddress, RouteAttribute};
+        let routes = self.routes(v6).await?;
+        Ok(routes
+            .iter()
+            .filter(|r| route_table(r) == table)
+            .filter_map(|r| {
+                let len = r.header.destination_prefix_length;
+                let addr = r
+                    .attributes
+                    .iter()
+                    .find_map(|a| match a {
+                        RouteAttribute::Destination(RouteAddress::Inet(a)) => Some(IpAddr::V4(*a)),
+                        RouteAttribute::Destination(RouteAddress::Inet6(a)) => Some(IpAddr::V6(*a)),
+                        _ => None,
+                    })
+                    .unwrap_or(if v6 {
+                        IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED)
+                    } else {
+                        IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)
+                    });
+                IpNetwork::new(addr, len).ok()
+            })
+            .collect())
+    }
+
+    async fn routes(&self, v6: bool) -> Result<Vec<netlink_packet_route::route::RouteMessage>> {
+        let mut b = RouteMessageBuilder::<IpAddr>::new();
+        b.get_mut().header.address_family = if v6 {
+            AddressFamily::Inet6
+        } else {
+            AddressFamily::Inet
+        };
+        self.handle
+            .route()
+            .get(b.build())
+            .execute()
+            .try_collect()
+            .await
+            .map_err(|e| Error::netlink("cannot list routes", e))
+    }
+
+    pub async fn add_rule(&self, source: IpAddr, table: u32, priority: u32) -> Result<()> {
+        let req = self
+            .handle
+            .rule()
+            .add()
+            .table_id(table)
+            .priority(priority)
+            .action(RuleAction::ToTable);
+        let res = match source {
+            IpAddr::V4(a) => req.v4().source_prefix(a, 32).execute().await,
+            IpAddr::V6(a) => req.v6().source_prefix(a, 128).execute().await,
+        };
+        res.map_err(|e| Error::netlink(format!("cannot add rule from {source} lookup {table}"), e))
+    }
+
+    pub async fn rules(&self, v6: bool) -> Result<Vec<Rule>> {
+        let version = if v6 { IpVersion::V6 } else { IpVersion::V4 };
+        let msgs: Vec<RuleMessage> = self
+            .handle
+            .rule()
+            .get(version)
+            .execute()
+            .try_collect()
+            .await
+            .map_err(|e| Error::netlink("cannot list policy rules", e))?;
+        Ok(msgs.into_iter().map(parse_rule).collect())
+    }
+
+    /// Deletes a rule; one already gone is not an error.
+    pub async fn delete_rule(&self, rule: &Rule) -> Result<()> {
+        match self.handle.rule().del(rule.message.clone()).execute().await {
+            Err(e) if !is_errno(&e, libc::ENOENT) => Err(Error::netlink(
+                format!(
+                    "cannot delete rule from {:?} lookup {}",
+                    rule.source, rule.table
+                ),
+                e,
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+fn invalid_route(dst: IpNetwork, gw: Option<IpAddr>, e: impl std::fmt::Debug) -> Error {
+    Error::InvalidConfig(format!("route {dst} via {gw:?} is not valid: {e:?}"))
+}
+
+fn is_errno(e: &rtnetlink::Error, errno: i32) -> bool {
+    crate::protocol::error::netlink_errno(e) == Some(errno)
+}
+
+fn parse_link(msg: LinkMessage) -> Link {
+    let mut link = Link {
+        index: msg.header.index,
+        name: String::new(),
+        mtu: 0,
+        mac: Vec::new(),
+        admin_up: msg.header.flags.contains(LinkFlags::Up),
+        kind: None,
+        ipvlan_mode: None,
+        parent: None,
+        parent_elsewhere: false,
+        alias: None,
+    };
+    for attr in msg.attributes {
+        match attr {
+            LinkAttribute::IfName(n) => link.name = n,
+            LinkAttribute::Mtu(m) => link.mtu = m,
+            LinkAttribute::Address(a) => link.mac = a,
+            LinkAttribute::Link(p) => link.parent = Some(p),
+            LinkAttribute::LinkNetNsId(_) => link.parent_elsewhere = true,
+            LinkAttribute::IfAlias(a) => link.alias = Some(a),
+            LinkAttribute::LinkInfo(infos) => {
+                for info in infos {
+                    match info {
+                        LinkInfo::Kind(k) => link.kind = Some(k),
+                        LinkInfo::Data(InfoData::IpVlan(data)) => {
+                            for d in data {
+                                if let InfoIpVlan::Mode(m) = d {
+                                    link.ipvlan_mode = Some(m);
+                                }
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    link
+}
+
+fn parse_rule(message: RuleMessage) -> Rule {
+    let mut table = u32::from(message.header.table);
+    let mut source = None;
+    for attr in &message.attributes {
+        match attr {
+            RuleAttribute::Table(t) => table = *t,
+            RuleAttribute::Source(s) => source = Some(*s),
+            _ => {}
+        }
+    }
+    Rule {
+        source,
+        table,
+        message,
+    }
+}
+
+fn route_table(msg: &netlink_packet_route::route::RouteMessage) -> u32 {
+    msg.attributes
+        .iter()
+        .find_map(|a| match a {
+            netlink_packet_route::route::RouteAttribute::Table(t) => Some(*t),
+            _ => None,
+        })
+        .unwrap_or(u32::from(msg.header.table))
+}
+
+/// Privileged: the verbs against the real kernel, in a namespace of their own on a Soft-RoCE
+/// rail (`ROCE_TEST_RAIL`, default rdma2). `make vm-rust` runs them in the VM (`--ignored`);
+/// each result is also read back with `ip`, not only with these same verbs.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+    use std::process::Command;
+
+    fn ip(args: &[&str]) -> String {
+        let out = Command::new("ip").args(args).output().expect("ip");
+        assert!(
+            out.status.success(),
+            "ip {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// A network namespace at /run/netns/NAME, deleted when dropped.
+    struct TestNs(String);
+
+    impl TestNs {
+        fn new(name: &str) -> (TestNs, Netns) {
+            let _ = Command::new("ip").args(["netns", "del", name]).output();
+            ip(&["netns", "add", name]);
+            let ns = Netns::open(Path::new(&format!("/run/netns/{name}"))).unwrap();
+            (TestNs(name.into()), ns)
+        }
+
+        fn ip(&self, args: &[&str]) -> String {
+            let mut all = vec!["-n", self.0.as_str()];
+            all.extend_from_slice(args);
+            ip(&all)
+        }
+    }
+
+    impl Drop for TestNs {
+        fn drop(&mut self) {
+            let _ = Command::new("ip").args(["netns", "del", &self.0]).output();
+        }
+    }
+
+    fn rail() -> String {
+        std::env::var("ROCE_TEST_RAIL").unwrap_or_else(|_| "rdma2".into())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    #[ignore = "privileged: run in the VM by make vm-rust"]
+    async fn link_verbs_create_rename_up_alias_delete() {
+        let (t, ns) = TestNs::new("nlverbs1");
+        let host = Netlink::current().unwrap();
+        let pod = Netlink::in_netns(&ns).unwrap();
+        let master = host.link_by_name(&rail()).await.unwrap().expect("the rail");
+        assert!(host.link_by_name("nlv-nothing").await.unwrap().is_none());
+
+        host.create_ipvlan_l2("nlv0", master.index, Some(1400), &ns)
+            .await
+            .unwrap();
+        // Created straight in the pod: never in the host.
+        assert!(host.link_by_name("nlv0").await.unwrap().is_none());
+        let child = pod.link_by_name("nlv0").await.unwrap().expect("the child");
+        assert_eq!(child.kind, Some(InfoKind::IpVlan));
+        assert_eq!(child.ipvlan_mode, Some(IpVlanMode::L2));
+        assert_eq!(child.parent, Some(master.index));
+        assert_eq!(child.mtu, 1400);
+        assert_eq!(child.mac, master.mac, "an IPvlan child has its rail's MAC");
+        assert!(!child.admin_up);
+        assert!(t
+            .ip(&["-d", "link", "show", "nlv0"])
+            .contains("ipvlan  mode l2"));
+
+        // A second child of that name in the same pod is refused.
+        let err = host
+            .create_ipvlan_l2("nlv0", master.index, None, &ns)
+            .await
+            .unwrap_err();
+        assert_eq!(err.netlink_errno(), Some(libc::EEXIST), "{err}");
+
+        pod.rename(child.index, "nlv1").await.unwrap();
+        pod.set_up(child.index).await.unwrap();
+        pod.set_alias(child.index, "rdma_dev=x port=1")
+            .await
+            .unwrap();
+        let renamed = pod.link_by_name("nlv1").await.unwrap().unwrap();
+        assert_eq!(renamed.index, child.index);
+        assert!(renamed.admin_up);
+        assert_eq!(renamed.alias.as_deref(), Some("rdma_dev=x port=1"));
+        let shown = t.ip(&["link", "show", "nlv1"]);
+        assert!(
+            shown.contains("UP") && shown.contains("alias rdma_dev=x port=1"),
+            "{shown}"
+        );
+        let names: Vec<String> = pod
+            .links()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|l| l.name)
+            .collect();
+        assert_eq!(names, ["lo", "nlv1"]);
+
+        pod.delete_link(child.index).await.unwrap();
+        assert!(pod.link_by_name("nlv1").await.unwrap().is_none());
+        assert_eq!(t.ip(&["-o", "link", "show"]).lines().count(), 1, "only lo");
+        // Already gone is not an error.
+        pod.delete_link(child.index).await.unwrap();
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    #[ignore = "privileged: run in the VM by make vm-rust"]
+    async fn address_route_and_rule_verbs() {
+        let (t, ns) = TestNs::new("nlverbs2");
+        let host = Netlink::current().unwrap();
+        let pod = Netlink::in_netns(&ns).unwrap();
+        let master = host.link_by_name(&rail()).await.unwrap().expect("the rail");
+        host.create_ipvlan_l2("nlv2", master.index, None, &ns)
+            .await
+            .unwrap();
+        let child = pod.link_by_name("nlv2").await.unwrap().unwrap();
+
+        let v4: IpNetwork = "10.88.0.5/24".parse().unwrap();
+        let v6: IpNetwork = "fd00:88::5/64".parse().unwrap();
+        // IPv6 is on by default in a new namespace, so the child takes the address.
+        pod.add_address(child.index, v4).await.unwrap();
+        pod.add_address(child.index, v6).await.unwrap();
+        let err = pod.add_address(child.index, v4).await.unwrap_err();
+        assert_eq!(err.netlink_errno(), Some(libc::EEXIST), "{err}");
+        pod.set_up(child.index).await.unwrap();
+        let mut addrs = pod.addresses(child.index).await.unwrap();
+        addrs.retain(|a| !matches!(a, IpNetwork::V6(n) if n.ip().segments()[0] == 0xfe80));
+        assert_eq!(addrs, [v4, v6]);
+        let six = pod.addresses6(child.index).await.unwrap();
+        assert!(
+            six.iter()
+                .any(|a| IpAddr::V6(a.addr) == v6.ip() && a.prefix == 64),
+            "{six:?}"
+        );
+        assert!(t
+            .ip(&["-4", "addr", "show", "nlv2"])
+            .contains("inet 10.88.0.5/24"));
+
+        let table = 10_000 + child.index;
+        let gw: IpAddr = "10.88.0.1".parse().unwrap();
+        pod.add_route(
+            table,
+            "10.88.0.0/24".parse().unwrap(),
+            None,
+            child.index,
+            Some(v4.ip()),
+        )
+        .await
+        .unwrap();
+        pod.add_route(
+            table,
+            "0.0.0.0/0".parse().unwrap(),
+            Some(gw),
+            child.index,
+            None,
+        )
+        .await
+        .unwrap();
+        let mut dsts = pod.table_destinations(table, false).await.unwrap();
+        dsts.sort();
+        let want: Vec<IpNetwork> = vec![
+            "0.0.0.0/0".parse().unwrap(),
+            "10.88.0.0/24".parse().unwrap(),
+        ];
+        assert_eq!(dsts, want);
+        let shown = t.ip(&["-4", "route", "show", "table", &table.to_string()]);
+        assert!(shown.contains("default via 10.88.0.1 dev nlv2"), "{shown}");
+        assert!(
+            shown
+                .lines()
+                .any(|l| l.starts_with("10.88.0.0/24 dev nlv2 ")
+                    && l.contains(" scope link src 10.88.0.5")),
+            "{shown}"
+        );
+
+        pod.add_rule(v4.ip(), table, 1000).await.unwrap();
+        pod.add_rule(v6.ip(), table, 1000).await.unwrap();
+        let shown = t.ip(&["-4", "rule", "show"]);
+        // "lookup N" at the end: a rule whose action is not "to table" prints a trailing type.
+        assert!(
+            shown
+                .lines()
+                .any(|l| l.trim_end() == format!("1000:\tfrom 10.88.0.5 lookup {table}")),
+            "{shown}"
+        );
+        for (family6, source) in [(false, v4.ip()), (true, v6.ip())] {
+            let ours: Vec<Rule> = pod
+                .rules(family6)
+                .await
+                .unwrap()
+                .into_iter()
+                .filter(|r| r.table == table)
+                .collect();
+            assert_eq!(ours.len(), 1, "IPv6 {family6}: {ours:?}");
+            assert_eq!(ours[0].source, Some(source));
+            pod.delete_rule(&ours[0]).await.unwrap();
+            pod.delete_rule(&ours[0]).await.unwrap(); // already gone
+            assert!(pod
+                .rules(family6)
+                .await
+                .unwrap()
+                .iter()
+                .all(|r| r.table != table));
+        }
+        assert!(!t.ip(&["-6", "rule", "show"]).contains(&table.to_string()));
+
+        // The table's routes go with the link.
+        pod.delete_link(child.index).await.unwrap();
+        assert!(pod
+            .table_destinations(table, false)
+            .await
+            .unwrap()
+            .is_empty());
+    }
+}

@@ -1,0 +1,282 @@
+//! Network namespaces. The only module that calls `setns`.
+//!
+//! Rules (the same as containernetworking/plugins' pkg/ns, for the same reasons):
+//! - a namespace is entered only on a fresh thread that ends right after the work is done, never
+//!   on the main thread or a runtime worker: a thread left in the wrong namespace would make
+//!   every later netlink socket, /proc/sys write or sysfs read land in the wrong place;
+//! - a path is trusted as a namespace only after fstatfs says it is nsfs;
+//! - netlink sockets keep the namespace they were created in, so a socket opened on such a
+//!   thread can be used from anywhere afterwards (see netlink.rs).
+
+use std::fs::File;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use nix::sched::{setns, CloneFlags};
+use nix::sys::statfs::{fstatfs, NSFS_MAGIC};
+
+use crate::protocol::error::{Error, Result};
+
+/// `_IO(0xb7, 0x3)` from linux/nsfs.h: the CLONE_NEW* flag of a namespace fd.
+const NS_GET_NSTYPE: libc::Ioctl = 0xb703;
+
+/// An open network namespace.
+#[derive(Debug)]
+pub struct Netns {
+    fd: OwnedFd,
+    path: PathBuf,
+}
+
+impl Netns {
+    /// Opens `path` and checks that it is a network namespace.
+    pub fn open(path: &Path) -> Result<Netns> {
+        let file = File::open(path).map_err(|e| {
+            Error::Netns(format!(
+                "cannot open CNI_NETNS {}: {e}; expected a network namespace path such as \
+                 /var/run/netns/<name> or /proc/<pid>/ns/net",
+                path.display()
+            ))
+        })?;
+        let fd = OwnedFd::from(file);
+        let fs = fstatfs(&fd)
+            .map_err(|e| Error::Netns(format!("cannot stat CNI_NETNS {}: {e}", path.display())))?;
+        if fs.filesystem_type() != NSFS_MAGIC {
+            return Err(Error::Netns(format!(
+                "CNI_NETNS {} is not a namespace (its filesystem is not nsfs): expected a \
+                 bind-mounted network namespace or /proc/<pid>/ns/net",
+                path.display()
+            )));
+        }
+        // nsfs holds every kind of namespace; setns(CLONE_NEWNET) would refuse a mount or PID
+        // namespace only later, with a bare EINVAL. NS_GET_NSTYPE (Linux 4.11) tells the kind;
+        // a kernel without it (ENOTTY) is left to setns.
+        // SAFETY: NS_GET_NSTYPE takes no argument and only queries the namespace behind `fd`,
+        // which stays open for the whole call.
+        let kind = unsafe { libc::ioctl(fd.as_raw_fd(), NS_GET_NSTYPE) };
+        if kind >= 0 && kind != libc::CLONE_NEWNET {
+            return Err(Error::Netns(format!(
+                "CNI_NETNS {} is not a network namespace (it is a namespace of another kind, \
+                 CLONE flag {kind:#x}): expected a bind-mounted network namespace or \
+                 /proc/<pid>/ns/net",
+                path.display()
+            )));
+        }
+        Ok(Netns {
+            fd,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// Opens the namespace, or `None` if the path no longer exists (DEL after teardown).
+    pub fn open_if_exists(path: &Path) -> Result<Option<Netns>> {
+        match std::fs::metadata(path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            _ => Netns::open(path).map(Some),
+        }
+    }
+
+    /// Whether the path still names this namespace. The open fd keeps a namespace alive after
+    /// the runtime unmounted and removed its path (pod deleted during ADD); then it is no
+    /// longer the pod's.
+    pub fn still_at_path(&self) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        let ours = std::fs::metadata(format!("/proc/self/fd/{}", self.fd.as_raw_fd()));
+        let there = std::fs::metadata(&self.path);
+        match (ours, there) {
+            (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+            _ => false,
+        }
+    }
+
+    /// Whether this is the plugin's own network namespace (the host's, for a plugin run by the
+    /// kubelet): the same device and inode as /proc/self/ns/net.
+    pub fn is_own(&self) -> Result<bool> {
+        use std::os::unix::fs::MetadataExt;
+        let own = std::fs::metadata("/proc/self/ns/net")
+            .map_err(|e| Error::io("cannot stat the plugin's own /proc/self/ns/net", e))?;
+        let this = nix::sys::stat::fstat(&self.fd).map_err(|e| {
+            Error::io(
+                format!("cannot stat CNI_NETNS {}", self.path.display()),
+                e.into(),
+            )
+        })?;
+        Ok(this.st_dev == own.dev() && this.st_ino == own.ino())
+    }
+
+    /// Refuses the plugin's own namespace as a pod's. ADD there would put the child, its
+    /// source rules and the pod-wide `all.rp_filter=0` into the host, and DEL would then take
+    /// host links for the pod's; libcni's skel refuses it the same way.
+    pub fn refuse_own(&self) -> Result<()> {
+        if self.is_own()? {
+            return Err(Error::Netns(format!(
+                "CNI_NETNS {} is the plugin's own (the host's) network namespace: expected the \
+                 pod's namespace; a pod never shares the host's, so this is a runtime or \
+                 configuration bug (hostNetwork pods get no secondary networks)",
+                self.path.display()
+            )));
+        }
+        Ok(())
+    }
+
+    /// The namespace's device and inode: the same for every path and fd that names it.
+    pub fn id(&self) -> Result<(u64, u64)> {
+        let st = nix::sys::stat::fstat(&self.fd).map_err(|e| {
+            Error::Netns(format!(
+                "cannot stat CNI_NETNS {}: {e}",
+                self.path.display()
+            ))
+        })?;
+        Ok((st.st_dev, st.st_ino))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// Runs `f` on a fresh thread that has entered this namespace; the thread ends with `f`.
+    ///
+    /// A thread that cannot be created (EAGAIN: the pod sandbox's or the runtime's `pids.max`)
+    /// is an error, not a panic: ADD is then mid-way and its undo must still run.
+    pub fn run<T: Send>(&self, f: impl FnOnce() -> T + Send) -> Result<T> {
+        std::thread::scope(|scope| {
+            std::thread::Builder::new()
+                .name("netns".into())
+                .spawn_scoped(scope, || {
+                    setns(self.fd.as_fd(), CloneFlags::CLONE_NEWNET).map_err(|e| {
+                        Error::Netns(format!(
+                            "cannot enter network namespace {}: {e}",
+                            self.path.display()
+                        ))
+                    })?;
+                    Ok(f())
+                })
+                .map_err(|e| {
+                    Error::io(
+                        format!(
+                            "cannot start a thread to enter network namespace {} (a pids \
+                             limit of the plugin's cgroup?)",
+                            self.path.display()
+                        ),
+                        e,
+                    )
+                })?
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_regular_file_is_not_a_namespace() {
+        let f = tempfile::NamedTempFile::new().unwrap();
+        let err = Netns::open(f.path()).unwrap_err();
+        assert_eq!(err.code(), 105);
+        assert!(err.to_string().contains("not a namespace"), "{err}");
+    }
+
+    #[test]
+    fn another_kind_of_namespace_is_not_a_network_namespace() {
+        let err = Netns::open(Path::new("/proc/self/ns/mnt")).unwrap_err();
+        assert_eq!(err.code(), 105);
+        assert!(err.to_string().contains("not a network namespace"), "{err}");
+    }
+
+    #[test]
+    fn a_missing_path_is_reported_or_skipped() {
+        let p = Path::new("/nonexistent/netns/x");
+        assert_eq!(Netns::open(p).unwrap_err().code(), 105);
+        assert!(Netns::open_if_exists(p).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_namespace_is_at_its_path_until_the_path_goes() {
+        let ns = Netns::open(Path::new("/proc/self/ns/net")).unwrap();
+        assert!(ns.still_at_path());
+        let other = Netns {
+            fd: ns.fd.try_clone().unwrap(),
+            path: PathBuf::from("/nonexistent/netns/x"),
+        };
+        assert!(!other.still_at_path());
+    }
+
+    #[test]
+    fn own_namespace_is_recognised_by_device_and_inode() {
+        // Another path to the same namespace is still the plugin's own.
+        for path in ["/proc/self/ns/net", "/proc/thread-self/ns/net"] {
+            let ns = Netns::open(Path::new(path)).unwrap();
+            assert!(ns.is_own().unwrap(), "{path}");
+            let err = ns.refuse_own().unwrap_err();
+            assert_eq!(err.code(), 105);
+            assert!(err.to_string().contains("own"), "{err}");
+        }
+    }
+
+    #[test]
+    fn own_namespace_opens_and_run_returns_the_value() {
+        let ns = Netns::open(Path::new("/proc/self/ns/net")).unwrap();
+        assert_eq!(ns.run(|| 41 + 1).unwrap(), 42);
+    }
+
+    /// The namespace of the calling thread, by inode: /proc/thread-self, not /proc/self (the
+    /// main thread's).
+    fn thread_ns() -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata("/proc/thread-self/ns/net").unwrap().ino()
+    }
+
+    /// Privileged (a namespace of its own; `make vm-rust` runs it in the VM): `run` executes
+    /// the closure in the namespace, on another thread, and the caller's namespace never
+    /// changes, also when the closure panics.
+    #[test]
+    #[ignore = "privileged: run in the VM by make vm-rust"]
+    fn run_enters_the_namespace_on_its_own_thread_only() {
+        use std::process::Command;
+        let name = "nsenter1";
+        let _ = Command::new("ip").args(["netns", "del", name]).output();
+        let added = Command::new("ip").args(["netns", "add", name]).status();
+        assert!(added.unwrap().success(), "ip netns add {name}");
+        let ns = Netns::open(Path::new(&format!("/run/netns/{name}"))).unwrap();
+        let (_, pod_ino) = ns.id().unwrap();
+        let before = thread_ns();
+        assert_ne!(before, pod_ino);
+        assert!(!ns.is_own().unwrap());
+        ns.refuse_own().unwrap();
+
+        let caller = std::thread::current().id();
+        let (inside, thread) = ns
+            .run(|| (thread_ns(), std::thread::current().id()))
+            .unwrap();
+        assert_eq!(inside, pod_ino, "the closure ran in the pod");
+        assert_ne!(thread, caller, "on a thread of its own");
+        assert_eq!(thread_ns(), before, "the caller's namespace is unchanged");
+
+        // What the kernel resolves per thread follows: the pod's /proc/sys/net and links.
+        let lo_only = ns
+            .run(|| {
+                std::fs::read_dir("/proc/sys/net/ipv4/conf")
+                    .unwrap()
+                    .count()
+            })
+            .unwrap();
+        assert_eq!(lo_only, 3, "all, default, lo");
+
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            ns.run(|| panic!("inside")).unwrap();
+        }));
+        assert!(panicked.is_err(), "the panic reaches the caller");
+        assert_eq!(thread_ns(), before, "and the caller is still at home");
+
+        let _ = Command::new("ip").args(["netns", "del", name]).output();
+        // The open fd keeps the namespace; the path no longer names it.
+        assert!(!ns.still_at_path());
+        assert_eq!(ns.run(thread_ns).unwrap(), pod_ino);
+    }
+}

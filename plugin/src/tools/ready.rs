@@ -1,0 +1,396 @@
+//! `roce-ipvlan ready [--to DIR] [--name NAME] [--rails LIST]`: can this node serve roce-ipvlan
+//! attachments? The installer DaemonSet's readiness probe (so `kubectl get ds` counts the nodes
+//! that cannot) and, from `install --wait`, a line in its log when the answer changes. Multus
+//! never sends STATUS for a NAD, so this is where an operator sees rail health.
+//!
+//! Checked, read-only, in the calling process's network namespace (the DaemonSet runs with
+//! hostNetwork, so that is the node's): the RDMA subsystem's netns mode is shared; every rail
+//! (each RDMA port with an Ethernet link layer whose netdev is here, or the netdevs `--rails`
+//! names) is up, its RDMA port ACTIVE, and its GID table has a free slot for a child's GID; the
+//! installed plugin is this binary. The words are those of STATUS and `diagnose`. Reads sysfs,
+//! RDMA netlink and rtnetlink dumps only: no capability is needed, and no namespace is entered.
+//!
+//! Exit status: 0 ready, 1 not ready (each problem on a line), 2 bad arguments.
+
+use std::path::{Path, PathBuf};
+
+use crate::kernel::netlink::{self, Netlink};
+use crate::kernel::rdma::{self, NetnsMode, RdmaPort, Sysfs};
+use crate::tools::cli::{self, Long, Parsed, Short};
+
+/// Where the DaemonSet mounts the host's /opt/cni/bin: `install` copies the binary there, and
+/// `ready` checks the copy.
+pub const DEFAULT_DIR: &str = "/host/opt/cni/bin";
+pub const DEFAULT_NAME: &str = "roce-ipvlan";
+
+/// What was read from the node: the input of [`problems`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeFacts {
+    pub netns_mode: Result<NetnsMode, String>,
+    pub rails: Vec<RailFacts>,
+    /// Rails named with `--rails` that have no RDMA port in this namespace.
+    pub missing_rails: Vec<String>,
+    pub binary: BinaryFacts,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RailFacts {
+    pub netdev: String,
+    pub port: RdmaPort,
+    /// None: no such link (it went away while being read).
+    pub up: Option<bool>,
+    pub state: Result<String, String>,
+    /// (used, total) slots of the GID table. Slots hidden by DOCA-OFED (GIDs of children in
+    /// pods) read as zeros, so `used` is a lower bound there.
+    pub gids: Result<(usize, usize), String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum BinaryFacts {
+    Same,
+    Missing(PathBuf),
+    Differs(PathBuf),
+    Unreadable(String),
+}
+
+/// Every reason this node cannot serve attachments; empty when it can.
+pub fn problems(facts: &NodeFacts) -> Vec<String> {
+    let mut out = Vec::new();
+    match &facts.netns_mode {
+        Ok(NetnsMode::Shared) => {}
+        Ok(NetnsMode::Exclusive) => out.push(
+            "RDMA subsystem netns mode: exclusive: each RDMA device then belongs to one \
+             namespace and pods cannot use the rails' devices; roce-ipvlan needs shared \
+             (rdma system set netns shared)"
+                .into(),
+        ),
+        Err(e) => out.push(format!(
+            "RDMA subsystem netns mode: unknown (RDMA netlink did not answer): {e}"
+        )),
+    }
+    for name in &facts.missing_rails {
+        out.push(format!(
+            "rail {name} has no RDMA port in this network namespace: expected a netdev of that \
+             name bound to an RDMA device; check `rdma link show` and --rails"
+        ));
+    }
+    if facts.rails.is_empty() && facts.missing_rails.is_empty() {
+        out.push(
+            "no rail: no RDMA port with an Ethernet link layer has its netdev in this network \
+             namespace (the installer needs hostNetwork: true; check `rdma link show`)"
+                .into(),
+        );
+    }
+    for rail in &facts.rails {
+        let name = format!("rail {} ({})", rail.netdev, rail.port);
+        match rail.up {
+            Some(true) => {}
+            Some(false) => out.push(format!(
+                "rail {} is down: pods already on it have no connectivity through it and new \
+                 ones cannot attach; bring it up (ip link set {} up)",
+                rail.netdev, rail.netdev
+            )),
+            None => out.push(format!("{name}: the netdev went away while being read")),
+        }
+        match &rail.state {
+            Ok(state) if rdma::port_active(state) => {}
+            Ok(state) => out.push(format!("{name} is {state}, not ACTIVE")),
+            Err(e) => out.push(format!("{name} is in an unknown state, not ACTIVE: {e}")),
+        }
+        match rail.gids {
+            Ok((used, total)) if used >= total => out.push(format!(
+                "the GID table of {name} is full ({used} of {total} slots used): a new child's \
+                 GID cannot be added, so ADD would time out waiting for it"
+            )),
+            Ok(_) => {}
+            Err(ref e) => out.push(format!("cannot read the GID table of {}: {e}", rail.port)),
+        }
+    }
+    match &facts.binary {
+        BinaryFacts::Same => {}
+        BinaryFacts::Missing(path) => out.push(format!(
+            "the plugin binary {} is missing: Multus cannot run roce-ipvlan on this node",
+            path.display()
+        )),
+        BinaryFacts::Differs(path) => out.push(format!(
+            "the plugin binary {} is not this image's: another version or a changed file",
+            path.display()
+        )),
+        BinaryFacts::Unreadable(e) => out.push(e.clone()),
+    }
+    out
+}
+
+/// Reads the node. `rails`: the rail netdevs to check, or None for every RoCE port's netdev.
+pub fn gather(rails: Option<&[String]>, installed: &Path) -> NodeFacts {
+    let sysfs = Sysfs::system();
+    let netns_mode = rdma::netns_mode().map_err(|e| e.to_string());
+    let (ports, ports_error) = match rdma::netlink_ports() {
+        Ok(p) => (p, None),
+        Err(e) => (Vec::new(), Some(e.to_string())),
+    };
+    let mut found: Vec<(String, RdmaPort)> = ports
+        .into_iter()
+        .filter_map(|p| Some((p.ndev_name?, p.port)))
+        .filter(|(netdev, port)| match rails {
+            Some(names) => names.contains(netdev),
+            None => link_layer(port).as_deref() == Some("Ethernet"),
+        })
+        .collect();
+    found.sort_by(|a, b| a.0.cmp(&b.0));
+    let missing_rails = rails
+        .unwrap_or_default()
+        .iter()
+        .filter(|name| !found.iter().any(|(n, _)| n == *name))
+        .cloned()
+        .collect();
+    let links = links_up(found.iter().map(|(n, _)| n.as_str()));
+    let rails = found
+        .into_iter()
+        .zip(links)
+        .map(|((netdev, port), up)| RailFacts {
+            state: sysfs.port_state(&port).map_err(|e| e.to_string()),
+            gids: sysfs
+                .read_gid_table(&port)
+                .map(|t| (t.visible().count(), t.slots.len()))
+                .map_err(|e| e.to_string()),
+            netdev,
+            port,
+            up,
+        })
+        .collect();
+    let mut facts = NodeFacts {
+        netns_mode,
+        rails,
+        missing_rails,
+        binary: binary_facts(installed),
+    };
+    if let Some(e) = ports_error {
+        // The netns mode read failed the same way, most likely; say it once.
+        if facts.netns_mode.is_ok() {
+            facts.netns_mode = Err(format!("listing RDMA ports: {e}"));
+        }
+    }
+    facts
+}
+
+fn link_layer(port: &RdmaPort) -> Option<String> {
+    let path = format!(
+        "/sys/class/infiniband/{}/ports/{}/link_layer",
+        port.device, port.port
+    );
+    std::fs::read_to_string(path)
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+/// Whether each named link is administratively up (None: not found or not readable).
+fn links_up<'a>(names: impl Iterator<Item = &'a str>) -> Vec<Option<bool>> {
+    let names: Vec<&str> = names.collect();
+    let count = names.len();
+    netlink::block_on(async {
+        let Ok(host) = Netlink::current() else {
+            return vec![None; count];
+        };
+        let mut out = Vec::new();
+        for name in names {
+            out.push(match host.link_by_name(name).await {
+                Ok(Some(link)) => Some(link.admin_up),
+                _ => None,
+            });
+        }
+        out
+    })
+    .unwrap_or_else(|_| vec![None; count])
+}
+
+fn binary_facts(installed: &Path) -> BinaryFacts {
+    let this = match std::env::current_exe().and_then(std::fs::read) {
+        Ok(b) => b,
+        Err(e) => return BinaryFacts::Unreadable(format!("cannot read this binary: {e}")),
+    };
+    match std::fs::read(installed) {
+        Ok(b) if b == this => BinaryFacts::Same,
+        Ok(_) => BinaryFacts::Differs(installed.to_path_buf()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            BinaryFacts::Missing(installed.to_path_buf())
+        }
+        Err(e) => BinaryFacts::Unreadable(format!("cannot read {}: {e}", installed.display())),
+    }
+}
+
+/// The one-line verdict and the problems, as the probe prints them and the installer logs them.
+pub fn report(facts: &NodeFacts) -> (bool, String) {
+    let problems = problems(facts);
+    if problems.is_empty() {
+        let rails: Vec<&str> = facts.rails.iter().map(|r| r.netdev.as_str()).collect();
+        (true, format!("ready: rails {}", rails.join(", ")))
+    } else {
+        let mut text = format!("not ready: {} problem(s)", problems.len());
+        for p in problems {
+            text.push_str("\n  ");
+            text.push_str(&p);
+        }
+        (false, text)
+    }
+}
+
+/// A `--rails` list: comma-separated netdev names (`install` passes its own on to `ready`).
+pub(crate) fn rail_list(text: &str) -> Result<Vec<String>, cli::Error> {
+    let list: Vec<String> = text
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect();
+    if list.is_empty() {
+        return Err(cli::Error::new(
+            "--rails needs a comma-separated list of netdevs",
+        ));
+    }
+    Ok(list)
+}
+
+/// Parsed `ready` arguments: the installed binary's path and the rails to check.
+fn parse_args(args: &[String]) -> cli::Outcome<(PathBuf, Option<Vec<String>>)> {
+    cli::parse(args, |p| {
+        let mut dir = PathBuf::from(DEFAULT_DIR);
+        let mut name = DEFAULT_NAME.to_string();
+        let mut rails = None;
+        while let Some(arg) = p.next()? {
+            match arg {
+                Long("to") => dir = PathBuf::from(cli::string(p)?),
+                Long("name") => name = cli::string(p)?,
+                Long("rails") => rails = Some(rail_list(&cli::string(p)?)?),
+                Short('h') | Long("help") => return Ok(Parsed::Help),
+                arg => return Err(cli::unexpected(arg)),
+            }
+        }
+        Ok(Parsed::Run((dir.join(name), rails)))
+    })
+}
+
+pub fn main(args: &[String]) -> i32 {
+    const USAGE: &str =
+        "usage: roce-ipvlan ready [--to DIR] [--name NAME] [--rails rdma0,rdma1,...]\n\
+        Whether this node can serve roce-ipvlan attachments (the installer's readiness probe): \
+        RDMA netns mode shared, every rail up with its RDMA port ACTIVE and a free GID slot, \
+        DIR/NAME (default /host/opt/cni/bin/roce-ipvlan) is this binary. Read-only.\n\
+        Exit status: 0 ready, 1 not ready, 2 bad arguments.";
+    let (installed, rails) = match cli::args_or_exit("ready", USAGE, parse_args(args)) {
+        Ok(args) => args,
+        Err(code) => return code,
+    };
+    let (ok, text) = report(&gather(rails.as_deref(), &installed));
+    println!("{text}");
+    i32::from(!ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rail(netdev: &str) -> RailFacts {
+        RailFacts {
+            netdev: netdev.into(),
+            port: RdmaPort {
+                device: format!("rxe_{netdev}"),
+                port: 1,
+            },
+            up: Some(true),
+            state: Ok("4: ACTIVE".into()),
+            gids: Ok((2, 16)),
+        }
+    }
+
+    fn healthy() -> NodeFacts {
+        NodeFacts {
+            netns_mode: Ok(NetnsMode::Shared),
+            rails: vec![rail("rdma0"), rail("rdma1")],
+            missing_rails: vec![],
+            binary: BinaryFacts::Same,
+        }
+    }
+
+    #[test]
+    fn a_healthy_node_is_ready() {
+        assert_eq!(problems(&healthy()), Vec::<String>::new());
+        assert_eq!(
+            report(&healthy()),
+            (true, "ready: rails rdma0, rdma1".into())
+        );
+    }
+
+    #[test]
+    fn each_problem_is_named_in_the_words_of_status_and_diagnose() {
+        let mut f = healthy();
+        f.rails[0].up = Some(false);
+        f.rails[1].state = Ok("1: DOWN".into());
+        let p = problems(&f);
+        assert_eq!(p.len(), 2, "{p:?}");
+        assert!(p[0].starts_with("rail rdma0 is down: "), "{p:?}");
+        assert!(
+            p[0].ends_with("bring it up (ip link set rdma0 up)"),
+            "{p:?}"
+        );
+        assert_eq!(p[1], "rail rdma1 (rxe_rdma1 port 1) is 1: DOWN, not ACTIVE");
+        let (ok, text) = report(&f);
+        assert!(!ok);
+        assert!(
+            text.starts_with("not ready: 2 problem(s)\n  rail rdma0 is down"),
+            "{text}"
+        );
+
+        let mut f = healthy();
+        f.rails[0].state = Ok("5: ACTIVE_DEFER".into());
+        f.rails[1].gids = Ok((16, 16));
+        f.netns_mode = Ok(NetnsMode::Exclusive);
+        f.binary = BinaryFacts::Differs("/host/opt/cni/bin/roce-ipvlan".into());
+        let p = problems(&f);
+        assert_eq!(p.len(), 4, "{p:?}");
+        assert!(
+            p[0].starts_with("RDMA subsystem netns mode: exclusive"),
+            "{p:?}"
+        );
+        assert!(p[1].contains("ACTIVE_DEFER, not ACTIVE"), "{p:?}");
+        assert!(p[2].contains("is full (16 of 16 slots used)"), "{p:?}");
+        assert!(p[3].contains("is not this image's"), "{p:?}");
+    }
+
+    #[test]
+    fn no_rail_or_a_named_rail_missing_is_not_ready() {
+        let mut f = healthy();
+        f.rails.clear();
+        assert!(problems(&f)[0].starts_with("no rail: "));
+        f.missing_rails = vec!["rdma7".into()];
+        let p = problems(&f);
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert!(p[0].starts_with("rail rdma7 has no RDMA port"), "{p:?}");
+        f.binary = BinaryFacts::Missing("/x/roce-ipvlan".into());
+        assert!(problems(&f)[1].contains("/x/roce-ipvlan is missing"));
+    }
+
+    #[test]
+    fn arguments() {
+        let args = |l: &[&str]| l.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let d_rails = Parsed::Run((
+            PathBuf::from("/d/roce-ipvlan"),
+            Some(vec!["rdma0".into(), "rdma1".into()]),
+        ));
+        assert_eq!(
+            parse_args(&args(&["--to", "/d", "--rails", "rdma0, rdma1"])).unwrap(),
+            d_rails
+        );
+        assert_eq!(
+            parse_args(&args(&["--to=/d", "--rails=rdma0,rdma1"])).unwrap(),
+            d_rails
+        );
+        assert_eq!(
+            parse_args(&[]).unwrap(),
+            Parsed::Run((PathBuf::from("/host/opt/cni/bin/roce-ipvlan"), None))
+        );
+        assert_eq!(parse_args(&args(&["--help"])).unwrap(), Parsed::Help);
+        assert!(parse_args(&args(&["--rails", ","])).is_err());
+        assert!(parse_args(&args(&["--to"])).is_err());
+        assert!(parse_args(&args(&["--bogus"])).is_err());
+    }
+}
