@@ -240,31 +240,55 @@ struct NlMsg<'a> {
 }
 
 /// Splits a datagram into its messages; each starts on a 4-byte boundary.
-fn split_messages(mut buf: &[u8]) -> io::Result<Vec<NlMsg<'_>>> {
-    let mut messages = Vec::new();
+fn split_messages(buf: &[u8]) -> io::Result<Vec<NlMsg<'_>>> {
+    let records = split_records(
+        buf,
+        NLMSG_HDRLEN,
+        ["a netlink header", "netlink message"],
+        |b| ne_u32(b) as usize,
+    )?;
+    Ok(records
+        .into_iter()
+        .map(|msg| NlMsg {
+            msg_type: ne_u16(&msg[4..]),
+            flags: ne_u16(&msg[6..]),
+            seq: ne_u32(&msg[8..]),
+            payload: &msg[NLMSG_HDRLEN..],
+        })
+        .collect())
+}
+
+/// Splits a netlink length-prefixed stream, the messages of a datagram or the attributes of
+/// a message, into its records (header included). Each record starts on a 4-byte boundary;
+/// `len_of` reads a record's length from its header of `header_len` bytes, and `names` (the
+/// header, the record) word the errors. The last record's padding may be left out of the
+/// stream's length.
+fn split_records<'a>(
+    mut buf: &'a [u8],
+    header_len: usize,
+    names: [&str; 2],
+    len_of: fn(&[u8]) -> usize,
+) -> io::Result<Vec<&'a [u8]>> {
+    let [header, record] = names;
+    let mut records = Vec::new();
     while !buf.is_empty() {
-        if buf.len() < NLMSG_HDRLEN {
+        if buf.len() < header_len {
             return Err(invalid(format!(
-                "{} trailing bytes, shorter than a netlink header",
+                "{} trailing bytes, shorter than {header}",
                 buf.len()
             )));
         }
-        let len = ne_u32(buf) as usize;
-        if len < NLMSG_HDRLEN || len > buf.len() {
+        let len = len_of(buf);
+        if len < header_len || len > buf.len() {
             return Err(invalid(format!(
-                "netlink message length {len} out of bounds ({} bytes left)",
+                "{record} length {len} out of bounds ({} bytes left)",
                 buf.len()
             )));
         }
-        messages.push(NlMsg {
-            msg_type: ne_u16(&buf[4..]),
-            flags: ne_u16(&buf[6..]),
-            seq: ne_u32(&buf[8..]),
-            payload: &buf[NLMSG_HDRLEN..len],
-        });
+        records.push(&buf[..len]);
         buf = &buf[align4(len).min(buf.len())..];
     }
-    Ok(messages)
+    Ok(records)
 }
 
 /// The attributes of one message, in order; values are owned so they outlive the buffer.
@@ -274,28 +298,19 @@ struct Attrs(Vec<(u16, Vec<u8>)>);
 impl Attrs {
     /// Parses a flat attribute stream (NLDEV replies used here need no nesting; nested
     /// attributes are kept as opaque values).
-    fn parse(mut data: &[u8]) -> io::Result<Attrs> {
-        let mut attrs = Vec::new();
-        while !data.is_empty() {
-            if data.len() < NLA_HDRLEN {
-                return Err(invalid(format!(
-                    "{} trailing bytes, shorter than an attribute header",
-                    data.len()
-                )));
-            }
-            let len = usize::from(ne_u16(data));
-            if len < NLA_HDRLEN || len > data.len() {
-                return Err(invalid(format!(
-                    "attribute length {len} out of bounds ({} bytes left)",
-                    data.len()
-                )));
-            }
-            let attr_type = ne_u16(&data[2..]) & NLA_TYPE_MASK;
-            attrs.push((attr_type, data[NLA_HDRLEN..len].to_vec()));
-            // The last attribute's padding may be left out of the message length.
-            data = &data[align4(len).min(data.len())..];
-        }
-        Ok(Attrs(attrs))
+    fn parse(data: &[u8]) -> io::Result<Attrs> {
+        let records = split_records(
+            data,
+            NLA_HDRLEN,
+            ["an attribute header", "attribute"],
+            |b| usize::from(ne_u16(b)),
+        )?;
+        Ok(Attrs(
+            records
+                .into_iter()
+                .map(|a| (ne_u16(&a[2..]) & NLA_TYPE_MASK, a[NLA_HDRLEN..].to_vec()))
+                .collect(),
+        ))
     }
 
     fn get(&self, attr_type: u16) -> Option<&[u8]> {
