@@ -125,7 +125,7 @@ def main():
     ap.add_argument("--runtime", default="?")
     a = ap.parse_args()
     raw = json.load(open(a.raw))
-    S = {"generated": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "vm": raw["vm"],
+    S = {"generated": datetime.fromtimestamp(os.path.getmtime(a.raw), timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "vm": raw["vm"],
          "sizes": raw["sizes"], "qemu": a.qemu, "host_cpu": a.host_cpu, "host_cpus": a.host_cpus,
          "other_qemu_at_start": int(a.other_qemu), "other_qemu_at_end": int(a.other_qemu_end), "make_bench_seconds": a.runtime,
          "guest_seconds": raw.get("guest_seconds")}
@@ -322,8 +322,16 @@ def render(S, rel):
     w("| target | result | |")
     w("|---|---|---|")
     ra, rd = v4["ratio_add_libcni"], v4["ratio_del_libcni"]
-    w(f"| IPv4 ADD per rail ≤ 0.50× chain | {ra:.2f}× (libcni), {v4['ratio_add_wall']:.2f}× (wall) | {target(ra <= 0.50)} |")
-    w(f"| IPv4 DEL per rail ≤ 0.50× chain | {rd:.2f}× (libcni), {v4['ratio_del_wall']:.2f}× (wall) | {target(rd <= 0.50)} |")
+    pr = S["profile"]
+
+    def why_v4(op, ok):
+        # Not met: how far the exec floor (start-up + host-local under TCG) leaves the target.
+        if ok or f"floor_{op}_ratio" not in pr:
+            return ""
+        return (f" (the floor, roce-ipvlan's start-up and host-local alone: {pr[f'floor_{op}_ratio']:.2f}×; "
+                "the rest is the plugin's own work: [findings](#findings))")
+    w(f"| IPv4 ADD per rail ≤ 0.50× chain | {ra:.2f}× (libcni), {v4['ratio_add_wall']:.2f}× (wall){why_v4('add', ra <= 0.50)} | {target(ra <= 0.50)} |")
+    w(f"| IPv4 DEL per rail ≤ 0.50× chain | {rd:.2f}× (libcni), {v4['ratio_del_wall']:.2f}× (wall){why_v4('del', rd <= 0.50)} | {target(rd <= 0.50)} |")
     o = v6["optimistic"]["after_up"]["median"]
     w(f"| IPv6 `dad: optimistic` ready ≤ 300 ms after link up | median {f0(o)} ms, max {f0(v6['optimistic']['after_up']['max'])} ms | {target(o <= 300)} |")
     wm, km = v6["wait"]["after_up"]["median"], v6["kernel"]["after_up"]["median"]
