@@ -392,11 +392,7 @@ pub fn sysctls(conf: &NetConf, ips: &[IpConfig], ifname: &str) -> Result<Vec<Sys
         {
             more.push(sysctl::validate(sysctl::NDISC_NOTIFY, "1", ifname)?);
         }
-        more.push(sysctl::validate(
-            "net.ipv6.conf.IFNAME.disable_ipv6",
-            "0",
-            ifname,
-        )?);
+        more.push(sysctl::validate(sysctl::DISABLE_IPV6, "0", ifname)?);
     }
     Ok(more)
 }

@@ -57,6 +57,9 @@ pub fn announce_defaults() -> Vec<(String, String)> {
 /// An unsolicited neighbour advertisement for each IPv6 address once its DAD is done.
 pub const NDISC_NOTIFY: &str = "net.ipv6.conf.IFNAME.ndisc_notify";
 
+/// IPv6 on the child (on this link only; the pod's default may have it off).
+pub const DISABLE_IPV6: &str = "net.ipv6.conf.IFNAME.disable_ipv6";
+
 /// How ADD treats duplicate address detection of the SLAAC address (`slaac.dad`); it sets
 /// the DAD sysctls below.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -139,7 +142,7 @@ pub fn slaac_defaults(dad: DadMode, retrans: std::time::Duration) -> Vec<(String
         }
     }
     v.push((NDISC_NOTIFY, "1"));
-    v.push(("net.ipv6.conf.IFNAME.disable_ipv6", "0"));
+    v.push((DISABLE_IPV6, "0"));
     v.into_iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect()
