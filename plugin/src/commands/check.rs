@@ -96,8 +96,16 @@ pub async fn check(env: &Env, conf: &NetConf) -> Result<()> {
     }
 
     // On a SLAAC rail the router's advertisements may rewrite some of them (ipv6.rs).
-    for s in conf.sysctls.iter().filter(|s| ipv6::checks_sysctl(conf, s)) {
-        let found = netns.run(|| sysctl::read(s))??;
+    let wanted: Vec<_> = conf
+        .sysctls
+        .iter()
+        .filter(|s| ipv6::checks_sysctl(conf, s))
+        .collect();
+    // One thread into the pod reads them all (netns.rs); the first difference or failure, in
+    // order, is the answer, as when each had its own thread.
+    let read = netns.run(|| wanted.iter().map(|s| sysctl::read(s)).collect::<Vec<_>>())?;
+    for (s, found) in wanted.iter().zip(read) {
+        let found = found?;
         if found != s.value {
             return differs(format!(
                 "expected sysctl {} = {}, found {found}",
