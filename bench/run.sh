@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make bench: roce-ipvlan against the ipvlan + tuning + sbr chain, in one VM boot with 16 rails.
 # Builds the binary users get (`make static`: the static release build that deploy/Containerfile's
-# image ships, target/<arch>-unknown-linux-gnu/release/roce-ipvlan), boots the VM harness
+# image ships, target/<arch>-unknown-linux-musl/release/roce-ipvlan), boots the VM harness
 # (tests/vm/run.sh) with bench/guest.py, keeps the raw numbers in docs/bench/ and regenerates
 # docs/benchmarks.md (bench/report.py).
 #
@@ -26,11 +26,11 @@ if [[ -z $bin ]]; then
 	# The Makefile's static target checks that the binary has no interpreter; the path is its
 	# STATIC_BIN for this host's architecture (the image's default).
 	${MAKE:-make} -C "$repo" static
-	bin=$repo/target/$(uname -m)-unknown-linux-gnu/release/roce-ipvlan
+	bin=$repo/target/$(uname -m)-unknown-linux-musl/release/roce-ipvlan
 fi
 
-# The "before" row of the IPv6 section: the same static build of an earlier commit (by default
-# 49f5276, the state before issue #18's short-DAD sequence), from a temporary git worktree with
+# The "before" row of the IPv6 section: the static build of an earlier commit as it shipped then
+# (by default 49f5276, the state before issue #18's short-DAD sequence: static glibc), from a temporary git worktree with
 # its own target directory under target/ (outside /tmp, so the VM sees it), trials interleaved
 # with the current binary's in the same run.
 before_rev=${BENCH_BEFORE_REV:-49f5276}
