@@ -366,6 +366,18 @@ def v6_trial(mode, rail_n, t):
     return res
 
 
+def before_cni_path():
+    """The earlier binary as roce-ipvlan in a CNI_PATH of its own, next to the same reference
+    plugins (BENCH_BEFORE_BIN); made once, used by the IPv6 and the profile sections."""
+    os.makedirs(BEFORE_CNI_BIN, exist_ok=True)
+    for name in os.listdir("/usr/lib/cni"):
+        if not os.path.exists(f"{BEFORE_CNI_BIN}/{name}"):
+            os.symlink(f"/usr/lib/cni/{name}", f"{BEFORE_CNI_BIN}/{name}")
+    if not os.path.lexists(f"{BEFORE_CNI_BIN}/roce-ipvlan"):
+        os.symlink(BEFORE_BIN, f"{BEFORE_CNI_BIN}/roce-ipvlan")
+    return BEFORE_CNI_BIN
+
+
 def bench_ipv6():
     nrtr = min(PEERS, 4)
     if nrtr == 0:
@@ -378,13 +390,8 @@ def bench_ipv6():
     last = {}
     modes = ["kernel", "wait", "optimistic", "off"]
     if BEFORE_BIN:
-        # The earlier binary as roce-ipvlan in a CNI_PATH of its own, next to the same
-        # reference plugins; its trials are interleaved with the others'.
-        os.makedirs(BEFORE_CNI_BIN, exist_ok=True)
-        for name in os.listdir("/usr/lib/cni"):
-            if not os.path.exists(f"{BEFORE_CNI_BIN}/{name}"):
-                os.symlink(f"/usr/lib/cni/{name}", f"{BEFORE_CNI_BIN}/{name}")
-        os.symlink(BEFORE_BIN, f"{BEFORE_CNI_BIN}/roce-ipvlan")
+        # Its trials are interleaved with the others'.
+        before_cni_path()
         modes.insert(2, "before")
     k = 0
     for t in range(V6_TRIALS):
@@ -471,7 +478,12 @@ def bench_profile():
                      "master": RAILS[1], "logLevel": "debug",
                      "ipam": {"type": "host-local", "subnet": "10.23.0.0/24"}})
     hostlocal = {"add": [], "del": []}
-    add_phases, del_phases = [], []
+    # This binary's phases, and (BENCH_BEFORE_BIN) the earlier commit's, the same events in both,
+    # runs interleaved.
+    binaries = {"": CNI_BIN}
+    if BEFORE_BIN:
+        binaries["before_"] = before_cni_path()
+    phases = {f"{b}{op}_phases_ms": [] for b in binaries for op in ("add", "del")}
     for k in range(PROFILE_RUNS):
         pod = f"phase{k}"
         new_pod(pod)
@@ -481,18 +493,21 @@ def bench_profile():
             if r.returncode != 0:
                 raise RuntimeError(f"host-local {verb}: {r.stdout} {r.stderr}")
             hostlocal[verb.lower()].append(ms)
-        for verb, names, last, rows in (("ADD", ADD_PHASES, "exit", add_phases),
-                                        ("DEL", DEL_PHASES, "IPAM DEL, exit", del_phases)):
-            spawned = time.time()
-            r = subprocess.run([f"{CNI_BIN}/roce-ipvlan"], env=dict(cni, CNI_COMMAND=verb),
-                               input=rc, capture_output=True, text=True)
-            ended = time.time()
-            if r.returncode != 0:
-                raise RuntimeError(f"roce-ipvlan {verb}: {r.stdout} {r.stderr}")
-            rows.append(phases_of(r.stderr, spawned, ended, names, last))
+        order = list(binaries.items())
+        for b, cni_path in (order if k % 2 == 0 else order[::-1]):
+            env = dict(cni, CNI_PATH=cni_path)
+            for verb, names, last in (("ADD", ADD_PHASES, "exit"),
+                                      ("DEL", DEL_PHASES, "IPAM DEL, exit")):
+                spawned = time.time()
+                r = subprocess.run([f"{cni_path}/roce-ipvlan"], env=dict(env, CNI_COMMAND=verb),
+                                   input=rc, capture_output=True, text=True)
+                ended = time.time()
+                if r.returncode != 0:
+                    raise RuntimeError(f"roce-ipvlan {b}{verb}: {r.stdout} {r.stderr}")
+                phases[f"{b}{verb.lower()}_phases_ms"].append(
+                    phases_of(r.stderr, spawned, ended, names, last))
         del_pod(pod)
-    return {"start_ms": start, "hostlocal_ms": hostlocal, "add_phases_ms": add_phases,
-            "del_phases_ms": del_phases}
+    return {"start_ms": start, "hostlocal_ms": hostlocal, **phases}
 
 
 def setup():

@@ -233,11 +233,14 @@ def main():
         return statistics.median(xs) if xs else float("nan")
     prof = {"start_ms": {k: med(v) for k, v in pr.get("start_ms", {}).items()},
             "hostlocal_ms": {k: med(v) for k, v in pr.get("hostlocal_ms", {}).items()}}
-    for op in ("add", "del"):
-        rows = pr.get(f"{op}_phases_ms", [])
-        write_csv(f"{a.out}/phases-{op}.csv", rows)
-        prof[f"{op}_phases_ms"] = {k: med([r[k] for r in rows]) for k in (rows[0] if rows else {})}
-        prof[f"{op}_total_ms"] = med([sum(r.values()) for r in rows])
+    for b in ("", "before_"):
+        for op in ("add", "del"):
+            rows = pr.get(f"{b}{op}_phases_ms", [])
+            if b and not rows:
+                continue
+            write_csv(f"{a.out}/phases-{b}{op}.csv", rows)
+            prof[f"{b}{op}_phases_ms"] = {k: med([r[k] for r in rows]) for k in (rows[0] if rows else {})}
+            prof[f"{b}{op}_total_ms"] = med([sum(r.values()) for r in rows])
     st, hl = prof["start_ms"], prof["hostlocal_ms"]
     if st and hl:
         # A roce-ipvlan that did nothing but start and run host-local, against the chain's median.
@@ -297,8 +300,8 @@ def render(S, rel):
       "*libcni* columns are the libcni call alone (`CNIDRIVER_TIMING`: plugin exec and work, "
       "without the driver's own start-up); *wall* is the whole `cnidriver` process.")
     w("- roce-ipvlan: the binary the image ships (deploy/Containerfile), built by `make static`: "
-      "`cargo build --release --target x86_64-unknown-linux-gnu` with `-C target-feature=+crt-static` "
-      "(static-pie glibc; LTO, `opt-level = \"z\"`, stripped), "
+      "`cargo build --release --target x86_64-unknown-linux-musl` with `-C target-feature=+crt-static` "
+      "(static-pie musl; LTO, `opt-level = \"z\"`, stripped), "
       f"sha256 `{S['plugin_sha256'][:16]}…`{(' (' + S['plugin_note'] + ')') if S['plugin_note'] else ''}; "
       "cniVersion 1.0.0, host-local IPAM, default sysctls. Chain: Debian's containernetworking-plugins "
       "1.1.1 (`/usr/lib/cni`), one conflist ipvlan (L2, host-local) + tuning (the plugin's default "
@@ -344,8 +347,8 @@ def render(S, rel):
         d = st["roce-ipvlan"] - st["/bin/true"]
         w(f"| start-up (VERSION round trip) within 5 ms of `/bin/true` | median {f0(st['roce-ipvlan'])} ms vs "
           f"{f0(st['/bin/true'])} ms ({d:+.1f} ms) | {target(d <= 5)} |")
-    w(f"| binary ≤ 2 MB stripped | {sz['roce-ipvlan'] / 1e6:.2f} MB ({sz['roce-ipvlan']} bytes; what the libc and the "
-      f"operator tools cost: [design.md](design.md#one-binary-or-two)) | {target(sz['roce-ipvlan'] <= 2_000_000)} |")
+    w(f"| binary ≤ 2 MB stripped | {sz['roce-ipvlan'] / 1e6:.2f} MB ({sz['roce-ipvlan']} bytes; what the "
+      f"operator tools cost, and the split that would meet it: [design.md](design.md#one-binary-or-two)) | {target(sz['roce-ipvlan'] <= 2_000_000)} |")
     w(f"| peak RSS ≤ 0.5× the largest Go plugin's | {ru['maxrss_kib']['roce-ipvlan']:.0f} KiB vs {ru['largest_go']} "
       f"{ru['maxrss_kib'][ru['largest_go']]:.0f} KiB = {ru['rss_ratio']:.2f}× | {target(ru['rss_ratio'] <= 0.5)} |\n")
 
@@ -442,17 +445,31 @@ def render_profile(S, w):
     w("|" + "---|" * len(names))
     w("| " + " | ".join(f0(st.get(n)) for n in names) + " |\n")
     w(f"host-local on its own (direct exec): ADD {f0(hl.get('add'))} ms, DEL {f0(hl.get('del'))} ms.\n")
+    before = S["sizes"].get("before_rev") if "before_add_phases_ms" in p else None
     w(f"One roce-ipvlan ADD and DEL on an IPv4 rail with host-local (direct exec, `logLevel: debug`), "
       f"median of {n_prof} runs: each phase ends at one of the plugin's debug events (`plugin/src/commands/add.rs`, "
-      "`del.rs`), the first one at the spawn, the last one at the exit.\n")
-    w("| ADD phase | ms | | DEL phase | ms |")
-    w("|---|---|---|---|---|")
-    add, dele = list(p["add_phases_ms"].items()), list(p["del_phases_ms"].items())
-    for i in range(max(len(add), len(dele))):
-        a = add[i] if i < len(add) else ("", None)
-        d = dele[i] if i < len(dele) else ("", None)
-        w(f"| {a[0]} | {f0(a[1]) if a[0] else ''} | | {d[0]} | {f0(d[1]) if d[0] else ''} |")
-    w(f"| **total** | **{f0(p['add_total_ms'])}** | | **total** | **{f0(p['del_total_ms'])}** |\n")
+      "`del.rs`), the first one at the spawn, the last one at the exit."
+      + (f" *before* is the static build of commit {before} (the IPv6 section's *before*), the same events, "
+         "its runs interleaved with this binary's." if before else "") + "\n")
+    cols = ([f"before ({before})"] if before else []) + ["now"]
+
+    def phase_rows(op):
+        now = p[f"{op}_phases_ms"]
+        old = p.get(f"before_{op}_phases_ms", {})
+        rows = [[k] + ([f0(old.get(k))] if before else []) + [f0(v)] for k, v in now.items()]
+        total = ([f"**{f0(p[f'before_{op}_total_ms'])}**"] if before else []) + [f"**{f0(p[f'{op}_total_ms'])}**"]
+        return rows + [["**total**"] + total]
+    add, dele = phase_rows("add"), phase_rows("del")
+    blank = [""] * (1 + len(cols))
+    w("| ADD phase, ms | " + " | ".join(cols) + " | | DEL phase, ms | " + " | ".join(cols) + " |")
+    w("|---|" + "---|" * len(cols) + "---|---|" + "---|" * len(cols))
+    # The totals stay on the last line of both halves.
+    n = max(len(add), len(dele))
+    add = add[:-1] + [blank] * (n - len(add)) + add[-1:]
+    dele = dele[:-1] + [blank] * (n - len(dele)) + dele[-1:]
+    for a, d in zip(add, dele):
+        w("| " + " | ".join(a) + " | | " + " | ".join(d) + " |")
+    w("")
     ph = p["add_phases_ms"]
     start_cfg = ph.get("exec, start-up, configuration", float("nan"))
     ipam = ph.get("IPAM (exec host-local)", float("nan"))
@@ -498,10 +515,10 @@ def render_profile(S, w):
       "ipvlan DEL pays too.")
     w(f"- **Memory.** Mid-ADD (read by the stub IPAM from `/proc/<plugin>/smaps_rollup`), roce-ipvlan "
       f"holds {f0(m['roce-ipvlan']['rss_kib'])} KiB: {f0(m['roce-ipvlan']['file_kib'])} KiB file-backed "
-      f"(its code pages, glibc linked in, mapped by the kernel's fault-around; shared page cache) and "
+      f"(its code pages, musl linked in, mapped by the kernel's fault-around; shared page cache) and "
       f"{f0(m['roce-ipvlan']['anon_kib'])} KiB anonymous. ipvlan holds {f0(m['ipvlan']['rss_kib'])} KiB: "
       f"{f0(m['ipvlan']['file_kib'])} KiB file-backed and {f0(m['ipvlan']['anon_kib'])} KiB anonymous "
-      "(Go heap and stacks). So roce-ipvlan's peak RSS is mostly code (static glibc maps less than "
+      "(Go heap and stacks). So roce-ipvlan's peak RSS is mostly code (a static libc maps less than "
       "a shared libc.so; the size this costs the binary, and the one-or-two-binaries decision, are in "
       "[design.md](design.md#one-binary-or-two)). "
       f"The Go plugins' peak RSS is bimodal between runs (the ranges in the table above: a Go process "
