@@ -118,8 +118,10 @@ impl Sysfs {
 
     /// RDMA devices that sysfs ties to the netdev `ifname` without reading any GID table: the
     /// PCI function's `infiniband/` directory (ConnectX and other PCI NICs) and the `parent`
-    /// attribute of software devices (rxe, siw). A hint for the order of the netlink lookup,
-    /// which has the final word; unreadable entries are skipped.
+    /// attribute of software devices (rxe, siw; the first device whose parent is `ifname`, as
+    /// rdma_rxe and siw give a netdev one device at most, so the walk stops there instead of
+    /// reading every device's `parent`). A hint for the order of the netlink lookup, which has
+    /// the final word; unreadable entries are skipped.
     pub fn devices_near_netdev(&self, ifname: &str) -> Vec<String> {
         let Ok(ifname) = path_component(ifname) else {
             return Vec::new();
@@ -135,6 +137,7 @@ impl Sysfs {
                 let parent = read_small(self.class_dir().join(&device).join("parent"));
                 if parent.is_ok_and(|p| p.trim() == ifname) {
                     near.push(device);
+                    break;
                 }
             }
         }
