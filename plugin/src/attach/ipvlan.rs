@@ -99,13 +99,11 @@ pub(crate) async fn remove(env: &Env, netns: &Netns) -> Result<()> {
         return Ok(());
     }
     // Rules are not tied to the link: remove them before the link, while the table number
-    // (derived from its ifindex) is still known to be ours.
+    // (derived from its ifindex) is still known to be ours. One dump holds both families'.
     let table = routing::table_for(link.index);
-    for v6 in [false, true] {
-        for rule in pod.rules(v6).await? {
-            if rule.table == table {
-                pod.delete_rule(&rule).await?;
-            }
+    for rule in pod.all_rules().await? {
+        if rule.table == table {
+            pod.delete_rule(&rule).await?;
         }
     }
     // Routes in the child's table go away with the link.

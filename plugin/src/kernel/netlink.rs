@@ -501,6 +501,19 @@ impl Netlink {
         Ok(msgs.into_iter().map(parse_rule).collect())
     }
 
+    /// The policy rules of every family in one dump (RTM_GETRULE with AF_UNSPEC), for a caller
+    /// that would otherwise ask for IPv4's and IPv6's in turn.
+    pub async fn all_rules(&self) -> Result<Vec<Rule>> {
+        let mut req = self.handle.rule().get(IpVersion::V4);
+        req.message_mut().header.family = AddressFamily::Unspec;
+        let msgs: Vec<RuleMessage> = req
+            .execute()
+            .try_collect()
+            .await
+            .map_err(|e| Error::netlink("cannot list policy rules", e))?;
+        Ok(msgs.into_iter().map(parse_rule).collect())
+    }
+
     /// Deletes a rule; one already gone is not an error.
     pub async fn delete_rule(&self, rule: &Rule) -> Result<()> {
         match self.handle.rule().del(rule.message.clone()).execute().await {
