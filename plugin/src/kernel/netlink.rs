@@ -22,6 +22,9 @@ use crate::protocol::error::{Error, Result};
 
 pub struct Netlink {
     handle: Handle,
+    /// A second socket of the same namespace for [`Netlink::link_by_name`], driven by hand
+    /// ([`Lookup`]).
+    lookup: Lookup,
 }
 
 /// Runs `work` on the one kind of runtime the plugin and its tools use: current-thread (the
@@ -200,41 +203,49 @@ impl Netlink {
     pub fn current() -> Result<Netlink> {
         let (conn, handle, _) = rtnetlink::new_connection()
             .map_err(|e| Error::io("cannot open a netlink socket", e))?;
+        let lookup = Lookup::open().map_err(|e| Error::io("cannot open a netlink socket", e))?;
         tokio::spawn(conn);
-        Ok(Netlink { handle })
+        Ok(Netlink { handle, lookup })
     }
 
     /// A socket in `ns`. Must run inside the tokio runtime.
     pub fn in_netns(ns: &Netns) -> Result<Netlink> {
         let runtime = tokio::runtime::Handle::current();
-        let (conn, handle, _) = ns
+        let ((conn, handle, _), lookup) = ns
             .run(move || {
                 // The socket registers with the runtime's reactor from this thread, and keeps
                 // this thread's namespace after the thread is gone.
                 let _guard = runtime.enter();
-                rtnetlink::new_connection()
+                Ok((rtnetlink::new_connection()?, Lookup::open()?))
             })?
-            .map_err(|e| {
+            .map_err(|e: std::io::Error| {
                 Error::io(
                     format!("cannot open a netlink socket in {}", ns.path().display()),
                     e,
                 )
             })?;
         tokio::spawn(conn);
-        Ok(Netlink { handle })
+        Ok(Netlink { handle, lookup })
     }
 
+    /// One RTM_GETLINK by name (IFLA_IFNAME), without the link's counters
+    /// (RTEXT_FILTER_SKIP_STATS), on the lookup socket: the reply is read for the few
+    /// attributes [`Link`] holds ([`parse_link_reply`]) instead of being decoded whole, which
+    /// is most of what a lookup costs a short-lived process (every ADD, CHECK and DEL starts
+    /// with one). `async` like the other verbs, though the kernel answers within the send.
     pub async fn link_by_name(&self, name: &str) -> Result<Option<Link>> {
-        let mut links = self
-            .handle
-            .link()
-            .get()
-            .match_name(name.to_string())
-            .execute();
-        match links.try_next().await {
-            Ok(msg) => Ok(msg.map(parse_link)),
-            Err(e) if is_errno(&e, libc::ENODEV) => Ok(None),
-            Err(e) => Err(Error::netlink(format!("cannot look up link {name}"), e)),
+        match self.lookup.link_by_name(name) {
+            Ok(link) => Ok(link),
+            Err(LookupError::Kernel(errno)) if errno == libc::ENODEV => Ok(None),
+            Err(LookupError::Kernel(errno)) => {
+                let mut msg = netlink_packet_core::ErrorMessage::default();
+                msg.code = std::num::NonZeroI32::new(-errno);
+                Err(Error::netlink(
+                    format!("cannot look up link {name}"),
+                    rtnetlink::Error::NetlinkError(msg),
+                ))
+            }
+            Err(LookupError::Io(e)) => Err(Error::io(format!("cannot look up link {name}"), e)),
         }
     }
 
@@ -537,6 +548,223 @@ fn is_errno(e: &rtnetlink::Error, errno: i32) -> bool {
     crate::protocol::error::netlink_errno(e) == Some(errno)
 }
 
+/// A plain, blocking NETLINK_ROUTE socket for the requests the kernel answers within the send
+/// (a lookup by name), so that no reply waits on the runtime and none is decoded whole.
+struct Lookup {
+    socket: netlink_sys::Socket,
+    seq: std::sync::atomic::AtomicU32,
+}
+
+#[derive(Debug)]
+enum LookupError {
+    /// The kernel answered with this errno.
+    Kernel(i32),
+    Io(std::io::Error),
+}
+
+const RTM_NEWLINK: u16 = 16;
+const RTM_GETLINK: u16 = 18;
+const NLMSG_ERROR: u16 = 2;
+const NLMSG_HDRLEN: usize = 16;
+/// struct ifinfomsg
+const IFINFOMSG_LEN: usize = 16;
+const IFLA_ADDRESS: u16 = 1;
+const IFLA_IFNAME: u16 = 3;
+const IFLA_MTU: u16 = 4;
+const IFLA_LINK: u16 = 5;
+const IFLA_LINKINFO: u16 = 18;
+const IFLA_IFALIAS: u16 = 20;
+const IFLA_EXT_MASK: u16 = 29;
+const IFLA_LINK_NETNSID: u16 = 37;
+const IFLA_INFO_KIND: u16 = 1;
+const IFLA_INFO_DATA: u16 = 2;
+const IFLA_IPVLAN_MODE: u16 = 1;
+const RTEXT_FILTER_SKIP_STATS: u32 = 1 << 3;
+const IFF_UP: u32 = 1;
+/// The attribute type without NLA_F_NESTED and NLA_F_NET_BYTEORDER.
+const NLA_TYPE_MASK: u16 = 0x3fff;
+
+impl Lookup {
+    fn open() -> std::io::Result<Lookup> {
+        let mut socket = netlink_sys::Socket::new(netlink_sys::protocols::NETLINK_ROUTE)?;
+        socket.bind_auto()?;
+        socket.connect(&netlink_sys::SocketAddr::new(0, 0))?;
+        Ok(Lookup {
+            socket,
+            seq: std::sync::atomic::AtomicU32::new(0),
+        })
+    }
+
+    fn link_by_name(&self, name: &str) -> std::result::Result<Option<Link>, LookupError> {
+        let seq = 1 + self.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let request = getlink_request(name, seq);
+        self.socket.send(&request, 0).map_err(LookupError::Io)?;
+        let mut buf = Vec::with_capacity(64 * 1024);
+        loop {
+            buf.clear();
+            let len = self
+                .socket
+                .recv(&mut buf, libc::MSG_TRUNC)
+                .map_err(LookupError::Io)?;
+            if len > buf.len() {
+                return Err(LookupError::Io(std::io::Error::other(format!(
+                    "a {len} byte RTM_GETLINK reply does not fit the {} byte buffer",
+                    buf.len()
+                ))));
+            }
+            if let Some(link) = link_reply(&buf, seq)? {
+                return Ok(Some(link));
+            }
+        }
+    }
+}
+
+/// RTM_GETLINK for `name`: `nlmsghdr`, an empty `ifinfomsg`, IFLA_IFNAME and IFLA_EXT_MASK.
+fn getlink_request(name: &str, seq: u32) -> Vec<u8> {
+    fn attr(buf: &mut Vec<u8>, kind: u16, value: &[u8]) {
+        let len = u16::try_from(4 + value.len()).expect("an interface name is short");
+        buf.extend_from_slice(&len.to_ne_bytes());
+        buf.extend_from_slice(&kind.to_ne_bytes());
+        buf.extend_from_slice(value);
+        buf.resize(buf.len().next_multiple_of(4), 0);
+    }
+    let mut buf = vec![0u8; NLMSG_HDRLEN + IFINFOMSG_LEN];
+    let mut ifname = name.as_bytes().to_vec();
+    ifname.push(0);
+    attr(&mut buf, IFLA_IFNAME, &ifname);
+    attr(
+        &mut buf,
+        IFLA_EXT_MASK,
+        &RTEXT_FILTER_SKIP_STATS.to_ne_bytes(),
+    );
+    let total = u32::try_from(buf.len()).expect("a request is a few bytes long");
+    buf[0..4].copy_from_slice(&total.to_ne_bytes());
+    buf[4..6].copy_from_slice(&RTM_GETLINK.to_ne_bytes());
+    buf[6..8].copy_from_slice(&(netlink_packet_core::NLM_F_REQUEST).to_ne_bytes());
+    buf[8..12].copy_from_slice(&seq.to_ne_bytes());
+    buf
+}
+
+/// The answer to request `seq` in one received datagram: the link, the kernel's errno (ENODEV
+/// for no such link), or None when the datagram holds no answer to `seq`.
+fn link_reply(buf: &[u8], seq: u32) -> std::result::Result<Option<Link>, LookupError> {
+    let malformed = |what: &str| {
+        LookupError::Io(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("malformed RTM_GETLINK reply: {what}"),
+        ))
+    };
+    let mut rest = buf;
+    while rest.len() >= NLMSG_HDRLEN {
+        let len = u32_at(rest, 0) as usize;
+        if len < NLMSG_HDRLEN || len > rest.len() {
+            return Err(malformed("message length out of bounds"));
+        }
+        let (msg_type, msg_seq) = (u16_at(rest, 4), u32_at(rest, 8));
+        let payload = &rest[NLMSG_HDRLEN..len];
+        rest = &rest[len.next_multiple_of(4).min(rest.len())..];
+        if msg_seq != seq {
+            continue;
+        }
+        return match msg_type {
+            NLMSG_ERROR if payload.len() >= 4 => {
+                match i32::from_ne_bytes(payload[..4].try_into().expect("4 bytes")) {
+                    0 => Err(malformed("an ACK instead of the link")),
+                    code => Err(LookupError::Kernel(-code)),
+                }
+            }
+            RTM_NEWLINK => parse_link_reply(payload)
+                .map(Some)
+                .ok_or_else(|| malformed("truncated link message")),
+            _ => Err(malformed("unexpected message type")),
+        };
+    }
+    Ok(None)
+}
+
+fn u16_at(buf: &[u8], at: usize) -> u16 {
+    u16::from_ne_bytes([buf[at], buf[at + 1]])
+}
+
+fn u32_at(buf: &[u8], at: usize) -> u32 {
+    u32::from_ne_bytes([buf[at], buf[at + 1], buf[at + 2], buf[at + 3]])
+}
+
+/// The attributes of a netlink attribute stream, as (type, value); a truncated one ends it.
+fn attributes(mut buf: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
+    std::iter::from_fn(move || {
+        if buf.len() < 4 {
+            return None;
+        }
+        let len = usize::from(u16_at(buf, 0));
+        if len < 4 || len > buf.len() {
+            return None;
+        }
+        let item = (u16_at(buf, 2) & NLA_TYPE_MASK, &buf[4..len]);
+        buf = &buf[len.next_multiple_of(4).min(buf.len())..];
+        Some(item)
+    })
+}
+
+fn nul_terminated(value: &[u8]) -> String {
+    let text = value.split(|&b| b == 0).next().unwrap_or_default();
+    String::from_utf8_lossy(text).into_owned()
+}
+
+/// The [`Link`] of an RTM_NEWLINK payload (`ifinfomsg`, then attributes): what [`parse_link`]
+/// takes from netlink-packet-route's decoding, read straight from the bytes. None when the
+/// payload is shorter than its header.
+fn parse_link_reply(payload: &[u8]) -> Option<Link> {
+    if payload.len() < IFINFOMSG_LEN {
+        return None;
+    }
+    let mut link = Link {
+        index: u32_at(payload, 4),
+        name: String::new(),
+        mtu: 0,
+        mac: Vec::new(),
+        admin_up: u32_at(payload, 8) & IFF_UP != 0,
+        kind: None,
+        ipvlan_mode: None,
+        parent: None,
+        parent_elsewhere: false,
+        alias: None,
+    };
+    let u32_of = |v: &[u8]| (v.len() == 4).then(|| u32_at(v, 0));
+    for (kind, value) in attributes(&payload[IFINFOMSG_LEN..]) {
+        match kind {
+            IFLA_IFNAME => link.name = nul_terminated(value),
+            IFLA_MTU => link.mtu = u32_of(value).unwrap_or(0),
+            IFLA_ADDRESS => link.mac = value.to_vec(),
+            IFLA_LINK => link.parent = u32_of(value),
+            IFLA_LINK_NETNSID => link.parent_elsewhere = true,
+            IFLA_IFALIAS => link.alias = Some(nul_terminated(value)),
+            IFLA_LINKINFO => {
+                let mut data = None;
+                for (info, value) in attributes(value) {
+                    match info {
+                        IFLA_INFO_KIND => {
+                            link.kind = Some(InfoKind::from(nul_terminated(value).as_str()))
+                        }
+                        IFLA_INFO_DATA => data = Some(value),
+                        _ => {}
+                    }
+                }
+                // IFLA_INFO_DATA's attributes mean what the kind says they mean.
+                if link.kind == Some(InfoKind::IpVlan) {
+                    link.ipvlan_mode = data
+                        .into_iter()
+                        .flat_map(attributes)
+                        .find(|(t, v)| *t == IFLA_IPVLAN_MODE && v.len() == 2)
+                        .map(|(_, v)| IpVlanMode::from(u16_at(v, 0)));
+                }
+            }
+            _ => {}
+        }
+    }
+    Some(link)
+}
+
 fn parse_link(msg: LinkMessage) -> Link {
     let mut link = Link {
         index: msg.header.index,
@@ -604,6 +832,163 @@ fn route_table(msg: &netlink_packet_route::route::RouteMessage) -> u32 {
             _ => None,
         })
         .unwrap_or(u32::from(msg.header.table))
+}
+
+/// The lookup socket's encoding and decoding, on hand-built messages (the privileged tests below
+/// run it against the kernel).
+#[cfg(test)]
+mod lookup_tests {
+    use super::*;
+    use netlink_packet_core::Parseable;
+
+    fn nla(kind: u16, value: &[u8]) -> Vec<u8> {
+        let mut a = Vec::new();
+        a.extend_from_slice(&((4 + value.len()) as u16).to_ne_bytes());
+        a.extend_from_slice(&kind.to_ne_bytes());
+        a.extend_from_slice(value);
+        while a.len() % 4 != 0 {
+            a.push(0);
+        }
+        a
+    }
+
+    /// An RTM_NEWLINK payload: ifinfomsg (family, pad, type, index, flags, change), then
+    /// attributes.
+    fn newlink(index: u32, flags: u32, attrs: &[Vec<u8>]) -> Vec<u8> {
+        let mut p = vec![0u8, 0];
+        p.extend_from_slice(&1u16.to_ne_bytes()); // ARPHRD_ETHER
+        p.extend_from_slice(&index.to_ne_bytes());
+        p.extend_from_slice(&flags.to_ne_bytes());
+        p.extend_from_slice(&0u32.to_ne_bytes());
+        for a in attrs {
+            p.extend_from_slice(a);
+        }
+        p
+    }
+
+    fn message(msg_type: u16, seq: u32, payload: &[u8]) -> Vec<u8> {
+        let mut m = Vec::new();
+        m.extend_from_slice(&((16 + payload.len()) as u32).to_ne_bytes());
+        m.extend_from_slice(&msg_type.to_ne_bytes());
+        m.extend_from_slice(&0u16.to_ne_bytes());
+        m.extend_from_slice(&seq.to_ne_bytes());
+        m.extend_from_slice(&0u32.to_ne_bytes());
+        m.extend_from_slice(payload);
+        m
+    }
+
+    fn ipvlan_child() -> Vec<u8> {
+        let info = [
+            nla(IFLA_INFO_KIND, b"ipvlan\0"),
+            nla(
+                IFLA_INFO_DATA | 0x8000,
+                &[
+                    nla(IFLA_IPVLAN_MODE, &0u16.to_ne_bytes()),
+                    nla(2, &0u16.to_ne_bytes()),
+                ]
+                .concat(),
+            ),
+        ]
+        .concat();
+        newlink(
+            7,
+            0x1003, // IFF_UP | IFF_BROADCAST | IFF_MULTICAST
+            &[
+                nla(IFLA_IFNAME, b"net1\0"),
+                nla(IFLA_MTU, &9000u32.to_ne_bytes()),
+                nla(IFLA_ADDRESS, &[0x52, 0x54, 0, 0x0a, 0, 1]),
+                nla(IFLA_LINK, &3u32.to_ne_bytes()),
+                nla(IFLA_LINK_NETNSID, &0i32.to_ne_bytes()),
+                nla(IFLA_IFALIAS, b"roce: rxe1 port 1 gid 1\0"),
+                nla(IFLA_LINKINFO | 0x8000, &info),
+                // An attribute the lookup does not read (IFLA_TXQLEN).
+                nla(13, &1000u32.to_ne_bytes()),
+            ],
+        )
+    }
+
+    #[test]
+    fn a_link_reads_as_netlink_packet_route_decodes_it() {
+        for (payload, kind) in [
+            (ipvlan_child(), Some(InfoKind::IpVlan)),
+            (
+                newlink(
+                    2,
+                    0,
+                    &[
+                        nla(IFLA_IFNAME, b"rdma1\0"),
+                        nla(IFLA_MTU, &1500u32.to_ne_bytes()),
+                    ],
+                ),
+                None,
+            ),
+        ] {
+            let ours = parse_link_reply(&payload).expect("a whole message");
+            let theirs = parse_link(LinkMessage::parse(&payload[..]).expect("decodes"));
+            assert_eq!(ours, theirs);
+            assert_eq!(ours.kind, kind);
+        }
+        let child = parse_link_reply(&ipvlan_child()).unwrap();
+        assert_eq!(
+            (child.index, child.name.as_str(), child.mtu, child.admin_up),
+            (7, "net1", 9000, true)
+        );
+        assert_eq!(child.ipvlan_mode, Some(IpVlanMode::L2));
+        assert_eq!((child.parent, child.parent_elsewhere), (Some(3), true));
+        assert_eq!(child.mac_string(), "52:54:00:0a:00:01");
+        assert!(parse_link_reply(&[0u8; 8]).is_none());
+    }
+
+    #[test]
+    fn a_mode_attribute_of_another_kind_is_not_an_ipvlan_mode() {
+        let info = [
+            nla(IFLA_INFO_KIND, b"macvlan\0"),
+            nla(IFLA_INFO_DATA, &nla(1, &4u32.to_ne_bytes())),
+        ]
+        .concat();
+        let link = parse_link_reply(&newlink(5, 0, &[nla(IFLA_LINKINFO, &info)])).unwrap();
+        assert_eq!(link.kind, Some(InfoKind::MacVlan));
+        assert_eq!(link.ipvlan_mode, None);
+    }
+
+    #[test]
+    fn the_reply_to_the_request_is_picked_and_errors_keep_their_errno() {
+        let other = message(RTM_NEWLINK, 4, &ipvlan_child());
+        let ours = message(RTM_NEWLINK, 5, &ipvlan_child());
+        assert!(link_reply(&other, 5).unwrap().is_none());
+        let both = [other.clone(), ours].concat();
+        assert_eq!(link_reply(&both, 5).unwrap().unwrap().name, "net1");
+        let enodev = message(NLMSG_ERROR, 5, &(-libc::ENODEV).to_ne_bytes());
+        match link_reply(&enodev, 5) {
+            Err(LookupError::Kernel(errno)) => assert_eq!(errno, libc::ENODEV),
+            other => panic!("{other:?}"),
+        }
+        let mut cut = message(RTM_NEWLINK, 5, &ipvlan_child());
+        cut[0..4].copy_from_slice(&4096u32.to_ne_bytes());
+        assert!(matches!(link_reply(&cut, 5), Err(LookupError::Io(_))));
+    }
+
+    #[test]
+    fn the_request_names_the_link_and_skips_the_counters() {
+        let req = getlink_request("rdma1", 9);
+        assert_eq!(u32_at(&req, 0) as usize, req.len());
+        assert_eq!(u16_at(&req, 4), RTM_GETLINK);
+        assert_eq!(u16_at(&req, 6), netlink_packet_core::NLM_F_REQUEST);
+        assert_eq!(u32_at(&req, 8), 9);
+        let attrs: Vec<(u16, Vec<u8>)> = attributes(&req[NLMSG_HDRLEN + IFINFOMSG_LEN..])
+            .map(|(t, v)| (t, v.to_vec()))
+            .collect();
+        assert_eq!(
+            attrs,
+            [
+                (IFLA_IFNAME, b"rdma1\0".to_vec()),
+                (
+                    IFLA_EXT_MASK,
+                    RTEXT_FILTER_SKIP_STATS.to_ne_bytes().to_vec()
+                )
+            ]
+        );
+    }
 }
 
 /// Privileged: the verbs against the real kernel, in a namespace of their own on a Soft-RoCE
