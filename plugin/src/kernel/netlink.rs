@@ -22,9 +22,8 @@ use crate::protocol::error::{Error, Result};
 
 pub struct Netlink {
     handle: Handle,
-    /// A second socket of the same namespace for [`Netlink::link_by_name`], driven by hand
-    /// ([`Lookup`]).
-    lookup: Lookup,
+    /// A second socket of the same namespace for [`Netlink::link_by_name`], driven by hand.
+    lookup: RouteSocket,
 }
 
 /// Runs `work` on the one kind of runtime the plugin and its tools use: current-thread (the
@@ -203,7 +202,8 @@ impl Netlink {
     pub fn current() -> Result<Netlink> {
         let (conn, handle, _) = rtnetlink::new_connection()
             .map_err(|e| Error::io("cannot open a netlink socket", e))?;
-        let lookup = Lookup::open().map_err(|e| Error::io("cannot open a netlink socket", e))?;
+        let lookup =
+            RouteSocket::open().map_err(|e| Error::io("cannot open a netlink socket", e))?;
         tokio::spawn(conn);
         Ok(Netlink { handle, lookup })
     }
@@ -216,7 +216,7 @@ impl Netlink {
                 // The socket registers with the runtime's reactor from this thread, and keeps
                 // this thread's namespace after the thread is gone.
                 let _guard = runtime.enter();
-                Ok((rtnetlink::new_connection()?, Lookup::open()?))
+                Ok((rtnetlink::new_connection()?, RouteSocket::open()?))
             })?
             .map_err(|e: std::io::Error| {
                 Error::io(
@@ -228,25 +228,10 @@ impl Netlink {
         Ok(Netlink { handle, lookup })
     }
 
-    /// One RTM_GETLINK by name (IFLA_IFNAME), without the link's counters
-    /// (RTEXT_FILTER_SKIP_STATS), on the lookup socket: the reply is read for the few
-    /// attributes [`Link`] holds ([`parse_link_reply`]) instead of being decoded whole, which
-    /// is most of what a lookup costs a short-lived process (every ADD, CHECK and DEL starts
-    /// with one). `async` like the other verbs, though the kernel answers within the send.
+    /// One RTM_GETLINK by name on the plain socket ([`RouteSocket::link_by_name`]). `async`
+    /// like the other verbs, though the kernel answers within the send.
     pub async fn link_by_name(&self, name: &str) -> Result<Option<Link>> {
-        match self.lookup.link_by_name(name) {
-            Ok(link) => Ok(link),
-            Err(LookupError::Kernel(errno)) if errno == libc::ENODEV => Ok(None),
-            Err(LookupError::Kernel(errno)) => {
-                let mut msg = netlink_packet_core::ErrorMessage::default();
-                msg.code = std::num::NonZeroI32::new(-errno);
-                Err(Error::netlink(
-                    format!("cannot look up link {name}"),
-                    rtnetlink::Error::NetlinkError(msg),
-                ))
-            }
-            Err(LookupError::Io(e)) => Err(Error::io(format!("cannot look up link {name}"), e)),
-        }
+        self.lookup.link_by_name(name)
     }
 
     /// Every link of this socket's namespace.
@@ -512,19 +497,6 @@ impl Netlink {
         Ok(msgs.into_iter().map(parse_rule).collect())
     }
 
-    /// The policy rules of every family in one dump (RTM_GETRULE with AF_UNSPEC), for a caller
-    /// that would otherwise ask for IPv4's and IPv6's in turn.
-    pub async fn all_rules(&self) -> Result<Vec<Rule>> {
-        let mut req = self.handle.rule().get(IpVersion::V4);
-        req.message_mut().header.family = AddressFamily::Unspec;
-        let msgs: Vec<RuleMessage> = req
-            .execute()
-            .try_collect()
-            .await
-            .map_err(|e| Error::netlink("cannot list policy rules", e))?;
-        Ok(msgs.into_iter().map(parse_rule).collect())
-    }
-
     /// Deletes a rule; one already gone is not an error.
     pub async fn delete_rule(&self, rule: &Rule) -> Result<()> {
         match self.handle.rule().del(rule.message.clone()).execute().await {
@@ -548,11 +520,24 @@ fn is_errno(e: &rtnetlink::Error, errno: i32) -> bool {
     crate::protocol::error::netlink_errno(e) == Some(errno)
 }
 
-/// A plain, blocking NETLINK_ROUTE socket for the requests the kernel answers within the send
-/// (a lookup by name), so that no reply waits on the runtime and none is decoded whole.
-struct Lookup {
+/// A plain, blocking NETLINK_ROUTE socket for requests the kernel answers within the send: a
+/// link by name (what every ADD, CHECK and DEL starts with), and DEL's rules and link. Replies
+/// are read for the few attributes the plugin uses instead of being decoded whole by
+/// netlink-packet-route (every attribute, the nested per-family ones included), which was
+/// most of what such a request cost a short-lived process; DEL needs neither the runtime nor
+/// rtnetlink at all.
+pub struct RouteSocket {
     socket: netlink_sys::Socket,
     seq: std::sync::atomic::AtomicU32,
+}
+
+/// A policy rule as DEL deletes it: its table, and the kernel's message to send back.
+#[derive(Debug, Clone)]
+pub struct RawRule {
+    pub table: u32,
+    pub source: Option<IpAddr>,
+    /// The RTM_NEWRULE payload (`fib_rule_hdr` and attributes), which identifies the rule.
+    message: Vec<u8>,
 }
 
 #[derive(Debug)]
@@ -562,12 +547,36 @@ enum LookupError {
     Io(std::io::Error),
 }
 
+impl LookupError {
+    /// As the crate reports it: a kernel errno as rtnetlink would have carried it.
+    fn into_error(self, what: String) -> Error {
+        match self {
+            LookupError::Kernel(errno) => {
+                let mut msg = netlink_packet_core::ErrorMessage::default();
+                msg.code = std::num::NonZeroI32::new(-errno);
+                Error::netlink(what, rtnetlink::Error::NetlinkError(msg))
+            }
+            LookupError::Io(e) => Error::io(what, e),
+        }
+    }
+}
+
 const RTM_NEWLINK: u16 = 16;
+const RTM_DELLINK: u16 = 17;
 const RTM_GETLINK: u16 = 18;
+const RTM_NEWRULE: u16 = 32;
+const RTM_DELRULE: u16 = 33;
+const RTM_GETRULE: u16 = 34;
 const NLMSG_ERROR: u16 = 2;
+const NLMSG_DONE: u16 = 3;
+const NLM_F_MULTI: u16 = 0x2;
 const NLMSG_HDRLEN: usize = 16;
 /// struct ifinfomsg
 const IFINFOMSG_LEN: usize = 16;
+/// struct fib_rule_hdr: family, dst_len, src_len, tos, table, res1, res2, action, flags.
+const FIB_RULE_HDR_LEN: usize = 12;
+const FRA_SRC: u16 = 2;
+const FRA_TABLE: u16 = 15;
 const IFLA_ADDRESS: u16 = 1;
 const IFLA_IFNAME: u16 = 3;
 const IFLA_MTU: u16 = 4;
@@ -584,22 +593,98 @@ const IFF_UP: u32 = 1;
 /// The attribute type without NLA_F_NESTED and NLA_F_NET_BYTEORDER.
 const NLA_TYPE_MASK: u16 = 0x3fff;
 
-impl Lookup {
-    fn open() -> std::io::Result<Lookup> {
+impl RouteSocket {
+    fn open() -> std::io::Result<RouteSocket> {
         let mut socket = netlink_sys::Socket::new(netlink_sys::protocols::NETLINK_ROUTE)?;
         socket.bind_auto()?;
         socket.connect(&netlink_sys::SocketAddr::new(0, 0))?;
-        Ok(Lookup {
+        Ok(RouteSocket {
             socket,
             seq: std::sync::atomic::AtomicU32::new(0),
         })
     }
 
-    fn link_by_name(&self, name: &str) -> std::result::Result<Option<Link>, LookupError> {
+    /// A socket in `ns`, opened on a thread inside it (netns.rs).
+    pub fn open_in(ns: &Netns) -> Result<RouteSocket> {
+        ns.run(RouteSocket::open)?.map_err(|e| {
+            Error::io(
+                format!("cannot open a netlink socket in {}", ns.path().display()),
+                e,
+            )
+        })
+    }
+
+    /// One RTM_GETLINK by name (IFLA_IFNAME), without the link's counters
+    /// (RTEXT_FILTER_SKIP_STATS); None when there is no such link.
+    pub fn link_by_name(&self, name: &str) -> Result<Option<Link>> {
+        match self.exchange(getlink_request(name), RTM_NEWLINK) {
+            Ok(replies) => match replies.first().map(|p| parse_link_reply(p)) {
+                Some(Some(link)) => Ok(Some(link)),
+                _ => Err(malformed("an RTM_GETLINK answer without a whole link")
+                    .into_error(format!("cannot look up link {name}"))),
+            },
+            Err(LookupError::Kernel(errno)) if errno == libc::ENODEV => Ok(None),
+            Err(e) => Err(e.into_error(format!("cannot look up link {name}"))),
+        }
+    }
+
+    /// The policy rules of every family (one RTM_GETRULE dump with AF_UNSPEC) that look up
+    /// `table`.
+    pub fn rules_in_table(&self, table: u32) -> Result<Vec<RawRule>> {
+        let request = request(
+            RTM_GETRULE,
+            netlink_packet_core::NLM_F_DUMP,
+            &[0u8; FIB_RULE_HDR_LEN],
+        );
+        let replies = self
+            .exchange(request, RTM_NEWRULE)
+            .map_err(|e| e.into_error("cannot list policy rules".into()))?;
+        Ok(replies
+            .into_iter()
+            .filter_map(parse_rule_reply)
+            .filter(|rule| rule.table == table)
+            .collect())
+    }
+
+    /// Deletes a rule by sending its message back as RTM_DELRULE (as `ip rule flush` does);
+    /// one already gone is not an error.
+    pub fn delete_rule(&self, rule: &RawRule) -> Result<()> {
+        let request = request(RTM_DELRULE, netlink_packet_core::NLM_F_ACK, &rule.message);
+        match self.exchange(request, 0) {
+            Err(LookupError::Kernel(errno)) if errno == libc::ENOENT => Ok(()),
+            Err(e) => Err(e.into_error(format!(
+                "cannot delete rule from {:?} lookup {}",
+                rule.source, rule.table
+            ))),
+            Ok(_) => Ok(()),
+        }
+    }
+
+    /// Deletes a link; a link that is already gone is not an error.
+    pub fn delete_link(&self, index: u32) -> Result<()> {
+        let mut ifinfo = [0u8; IFINFOMSG_LEN];
+        ifinfo[4..8].copy_from_slice(&index.to_ne_bytes());
+        let request = request(RTM_DELLINK, netlink_packet_core::NLM_F_ACK, &ifinfo);
+        match self.exchange(request, 0) {
+            Err(LookupError::Kernel(errno)) if errno == libc::ENODEV => Ok(()),
+            Err(e) => Err(e.into_error(format!("cannot delete link #{index}"))),
+            Ok(_) => Ok(()),
+        }
+    }
+
+    /// Sends `request` (its sequence number filled in here) and returns the payloads of the
+    /// replies of type `reply_type` to it: a dump's up to NLMSG_DONE, a request's one answer,
+    /// none for an ACK.
+    fn exchange(
+        &self,
+        mut request: Vec<u8>,
+        reply_type: u16,
+    ) -> std::result::Result<Vec<Vec<u8>>, LookupError> {
         let seq = 1 + self.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let request = getlink_request(name, seq);
+        request[8..12].copy_from_slice(&seq.to_ne_bytes());
         self.socket.send(&request, 0).map_err(LookupError::Io)?;
         let mut buf = Vec::with_capacity(64 * 1024);
+        let mut replies = Vec::new();
         loop {
             buf.clear();
             let len = self
@@ -608,19 +693,121 @@ impl Lookup {
                 .map_err(LookupError::Io)?;
             if len > buf.len() {
                 return Err(LookupError::Io(std::io::Error::other(format!(
-                    "a {len} byte RTM_GETLINK reply does not fit the {} byte buffer",
+                    "a {len} byte netlink reply does not fit the {} byte buffer",
                     buf.len()
                 ))));
             }
-            if let Some(link) = link_reply(&buf, seq)? {
-                return Ok(Some(link));
+            if collect(&buf, seq, reply_type, &mut replies)? {
+                return Ok(replies);
             }
         }
     }
 }
 
-/// RTM_GETLINK for `name`: `nlmsghdr`, an empty `ifinfomsg`, IFLA_IFNAME and IFLA_EXT_MASK.
-fn getlink_request(name: &str, seq: u32) -> Vec<u8> {
+fn malformed(what: &str) -> LookupError {
+    LookupError::Io(std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        format!("malformed netlink reply: {what}"),
+    ))
+}
+
+/// Feeds one received datagram: appends the payload of each reply of type `reply_type` to
+/// request `seq`. True when the answer is complete: NLMSG_DONE (a dump's end), an ACK, or a
+/// reply without NLM_F_MULTI (a request's one answer); a kernel error is its errno.
+fn collect(
+    buf: &[u8],
+    seq: u32,
+    reply_type: u16,
+    out: &mut Vec<Vec<u8>>,
+) -> std::result::Result<bool, LookupError> {
+    let mut rest = buf;
+    while rest.len() >= NLMSG_HDRLEN {
+        let len = u32_at(rest, 0) as usize;
+        if len < NLMSG_HDRLEN || len > rest.len() {
+            return Err(malformed("message length out of bounds"));
+        }
+        let (msg_type, flags, msg_seq) = (u16_at(rest, 4), u16_at(rest, 6), u32_at(rest, 8));
+        let payload = &rest[NLMSG_HDRLEN..len];
+        rest = &rest[len.next_multiple_of(4).min(rest.len())..];
+        if msg_seq != seq {
+            continue;
+        }
+        let code = || {
+            payload
+                .get(..4)
+                .map(|b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+        };
+        match msg_type {
+            NLMSG_ERROR => {
+                return match code() {
+                    Some(0) => Ok(true),
+                    Some(c) if c < 0 => Err(LookupError::Kernel(-c)),
+                    _ => Err(malformed("NLMSG_ERROR without a negative errno")),
+                }
+            }
+            // A dump that fails after it started reports -errno in NLMSG_DONE's payload.
+            NLMSG_DONE => {
+                return match code() {
+                    Some(c) if c < 0 => Err(LookupError::Kernel(-c)),
+                    _ => Ok(true),
+                }
+            }
+            t if t == reply_type && reply_type != 0 => {
+                out.push(payload.to_vec());
+                if flags & NLM_F_MULTI == 0 {
+                    return Ok(true);
+                }
+            }
+            _ => return Err(malformed("unexpected message type")),
+        }
+    }
+    Ok(false)
+}
+
+/// A request: `nlmsghdr` (sequence number 0 until [`RouteSocket::exchange`] sets it) and
+/// `body`.
+fn request(msg_type: u16, flags: u16, body: &[u8]) -> Vec<u8> {
+    let mut buf = vec![0u8; NLMSG_HDRLEN];
+    buf.extend_from_slice(body);
+    let total = u32::try_from(buf.len()).expect("a request is a few bytes long");
+    buf[0..4].copy_from_slice(&total.to_ne_bytes());
+    buf[4..6].copy_from_slice(&msg_type.to_ne_bytes());
+    buf[6..8].copy_from_slice(&(netlink_packet_core::NLM_F_REQUEST | flags).to_ne_bytes());
+    buf
+}
+
+/// The table (FRA_TABLE, else the header's 8-bit field) and source (FRA_SRC) of an RTM_NEWRULE
+/// payload, kept with the payload; None when it is shorter than its header.
+fn parse_rule_reply(payload: Vec<u8>) -> Option<RawRule> {
+    let (family, header_table) = (*payload.first()?, u32::from(*payload.get(4)?));
+    let mut table = header_table;
+    let mut source = None;
+    for (kind, value) in attributes(payload.get(FIB_RULE_HDR_LEN..)?) {
+        match kind {
+            FRA_TABLE if value.len() == 4 => table = u32_at(value, 0),
+            FRA_SRC => {
+                source = match (i32::from(family), value.len()) {
+                    (libc::AF_INET, 4) => {
+                        Some(IpAddr::from(<[u8; 4]>::try_from(value).expect("4 bytes")))
+                    }
+                    (libc::AF_INET6, 16) => {
+                        Some(IpAddr::from(<[u8; 16]>::try_from(value).expect("16 bytes")))
+                    }
+                    _ => None,
+                }
+            }
+            _ => {}
+        }
+    }
+    Some(RawRule {
+        table,
+        source,
+        message: payload,
+    })
+}
+
+/// RTM_GETLINK for `name`: an empty `ifinfomsg`, IFLA_IFNAME and IFLA_EXT_MASK.
+fn getlink_request(name: &str) -> Vec<u8> {
     fn attr(buf: &mut Vec<u8>, kind: u16, value: &[u8]) {
         let len = u16::try_from(4 + value.len()).expect("an interface name is short");
         buf.extend_from_slice(&len.to_ne_bytes());
@@ -628,58 +815,16 @@ fn getlink_request(name: &str, seq: u32) -> Vec<u8> {
         buf.extend_from_slice(value);
         buf.resize(buf.len().next_multiple_of(4), 0);
     }
-    let mut buf = vec![0u8; NLMSG_HDRLEN + IFINFOMSG_LEN];
+    let mut body = vec![0u8; IFINFOMSG_LEN];
     let mut ifname = name.as_bytes().to_vec();
     ifname.push(0);
-    attr(&mut buf, IFLA_IFNAME, &ifname);
+    attr(&mut body, IFLA_IFNAME, &ifname);
     attr(
-        &mut buf,
+        &mut body,
         IFLA_EXT_MASK,
         &RTEXT_FILTER_SKIP_STATS.to_ne_bytes(),
     );
-    let total = u32::try_from(buf.len()).expect("a request is a few bytes long");
-    buf[0..4].copy_from_slice(&total.to_ne_bytes());
-    buf[4..6].copy_from_slice(&RTM_GETLINK.to_ne_bytes());
-    buf[6..8].copy_from_slice(&(netlink_packet_core::NLM_F_REQUEST).to_ne_bytes());
-    buf[8..12].copy_from_slice(&seq.to_ne_bytes());
-    buf
-}
-
-/// The answer to request `seq` in one received datagram: the link, the kernel's errno (ENODEV
-/// for no such link), or None when the datagram holds no answer to `seq`.
-fn link_reply(buf: &[u8], seq: u32) -> std::result::Result<Option<Link>, LookupError> {
-    let malformed = |what: &str| {
-        LookupError::Io(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("malformed RTM_GETLINK reply: {what}"),
-        ))
-    };
-    let mut rest = buf;
-    while rest.len() >= NLMSG_HDRLEN {
-        let len = u32_at(rest, 0) as usize;
-        if len < NLMSG_HDRLEN || len > rest.len() {
-            return Err(malformed("message length out of bounds"));
-        }
-        let (msg_type, msg_seq) = (u16_at(rest, 4), u32_at(rest, 8));
-        let payload = &rest[NLMSG_HDRLEN..len];
-        rest = &rest[len.next_multiple_of(4).min(rest.len())..];
-        if msg_seq != seq {
-            continue;
-        }
-        return match msg_type {
-            NLMSG_ERROR if payload.len() >= 4 => {
-                match i32::from_ne_bytes(payload[..4].try_into().expect("4 bytes")) {
-                    0 => Err(malformed("an ACK instead of the link")),
-                    code => Err(LookupError::Kernel(-code)),
-                }
-            }
-            RTM_NEWLINK => parse_link_reply(payload)
-                .map(Some)
-                .ok_or_else(|| malformed("truncated link message")),
-            _ => Err(malformed("unexpected message type")),
-        };
-    }
-    Ok(None)
+    request(RTM_GETLINK, 0, &body)
 }
 
 fn u16_at(buf: &[u8], at: usize) -> u16 {
@@ -866,11 +1011,11 @@ mod lookup_tests {
         p
     }
 
-    fn message(msg_type: u16, seq: u32, payload: &[u8]) -> Vec<u8> {
+    fn message(msg_type: u16, seq: u32, flags: u16, payload: &[u8]) -> Vec<u8> {
         let mut m = Vec::new();
         m.extend_from_slice(&((16 + payload.len()) as u32).to_ne_bytes());
         m.extend_from_slice(&msg_type.to_ne_bytes());
-        m.extend_from_slice(&0u16.to_ne_bytes());
+        m.extend_from_slice(&flags.to_ne_bytes());
         m.extend_from_slice(&seq.to_ne_bytes());
         m.extend_from_slice(&0u32.to_ne_bytes());
         m.extend_from_slice(payload);
@@ -952,29 +1097,48 @@ mod lookup_tests {
     }
 
     #[test]
-    fn the_reply_to_the_request_is_picked_and_errors_keep_their_errno() {
-        let other = message(RTM_NEWLINK, 4, &ipvlan_child());
-        let ours = message(RTM_NEWLINK, 5, &ipvlan_child());
-        assert!(link_reply(&other, 5).unwrap().is_none());
-        let both = [other.clone(), ours].concat();
-        assert_eq!(link_reply(&both, 5).unwrap().unwrap().name, "net1");
-        let enodev = message(NLMSG_ERROR, 5, &(-libc::ENODEV).to_ne_bytes());
-        match link_reply(&enodev, 5) {
+    fn the_replies_to_the_request_are_picked_and_errors_keep_their_errno() {
+        let answer = |buf: &[u8]| {
+            let mut out = Vec::new();
+            collect(buf, 5, RTM_NEWLINK, &mut out).map(|done| (done, out))
+        };
+        let other = message(RTM_NEWLINK, 4, 0, &ipvlan_child());
+        let ours = message(RTM_NEWLINK, 5, 0, &ipvlan_child());
+        assert_eq!(answer(&other).unwrap(), (false, vec![]));
+        let (done, replies) = answer(&[other.clone(), ours].concat()).unwrap();
+        assert!(done);
+        assert_eq!(parse_link_reply(&replies[0]).unwrap().name, "net1");
+        // A dump: every NLM_F_MULTI part, then NLMSG_DONE.
+        let part = message(RTM_NEWLINK, 5, NLM_F_MULTI, &ipvlan_child());
+        assert!(!answer(&[part.clone(), part.clone()].concat()).unwrap().0);
+        let dump = [
+            part.clone(),
+            part,
+            message(NLMSG_DONE, 5, NLM_F_MULTI, &0i32.to_ne_bytes()),
+        ];
+        assert_eq!(answer(&dump.concat()).unwrap().1.len(), 2);
+        let ack = message(NLMSG_ERROR, 5, 0, &0i32.to_ne_bytes());
+        assert_eq!(answer(&ack).unwrap(), (true, vec![]));
+        let enodev = message(NLMSG_ERROR, 5, 0, &(-libc::ENODEV).to_ne_bytes());
+        match answer(&enodev) {
             Err(LookupError::Kernel(errno)) => assert_eq!(errno, libc::ENODEV),
             other => panic!("{other:?}"),
         }
-        let mut cut = message(RTM_NEWLINK, 5, &ipvlan_child());
+        let mut cut = message(RTM_NEWLINK, 5, 0, &ipvlan_child());
         cut[0..4].copy_from_slice(&4096u32.to_ne_bytes());
-        assert!(matches!(link_reply(&cut, 5), Err(LookupError::Io(_))));
+        assert!(matches!(answer(&cut), Err(LookupError::Io(_))));
+        assert!(matches!(
+            answer(&message(RTM_NEWRULE, 5, 0, &[0; 12])),
+            Err(LookupError::Io(_))
+        ));
     }
 
     #[test]
-    fn the_request_names_the_link_and_skips_the_counters() {
-        let req = getlink_request("rdma1", 9);
+    fn the_link_request_names_the_link_and_skips_the_counters() {
+        let req = getlink_request("rdma1");
         assert_eq!(u32_at(&req, 0) as usize, req.len());
         assert_eq!(u16_at(&req, 4), RTM_GETLINK);
         assert_eq!(u16_at(&req, 6), netlink_packet_core::NLM_F_REQUEST);
-        assert_eq!(u32_at(&req, 8), 9);
         let attrs: Vec<(u16, Vec<u8>)> = attributes(&req[NLMSG_HDRLEN + IFINFOMSG_LEN..])
             .map(|(t, v)| (t, v.to_vec()))
             .collect();
@@ -988,6 +1152,24 @@ mod lookup_tests {
                 )
             ]
         );
+    }
+
+    #[test]
+    fn a_rule_reads_its_table_and_source() {
+        // fib_rule_hdr: AF_INET, src_len 32, table 252 (the 8-bit field), action 1.
+        let header = [2u8, 0, 32, 0, 252, 0, 0, 1, 0, 0, 0, 0];
+        let rule = |attrs: &[Vec<u8>]| {
+            parse_rule_reply([header.to_vec(), attrs.concat()].concat()).expect("a rule")
+        };
+        let ours = rule(&[
+            nla(FRA_SRC, &[10, 23, 0, 5]),
+            nla(FRA_TABLE, &10_002u32.to_ne_bytes()),
+        ]);
+        assert_eq!(ours.table, 10_002);
+        assert_eq!(ours.source, Some("10.23.0.5".parse().unwrap()));
+        let short_table = rule(&[]);
+        assert_eq!((short_table.table, short_table.source), (252, None));
+        assert!(parse_rule_reply(vec![2, 0, 0]).is_none());
     }
 }
 
@@ -1208,5 +1390,66 @@ mod tests {
             .await
             .unwrap()
             .is_empty());
+    }
+
+    /// DEL's verbs on the plain socket: the child by name, its rules of both families from one
+    /// dump, each deleted by its own message, then the link; read back with `ip`.
+    #[tokio::test(flavor = "current_thread")]
+    #[ignore = "privileged: run in the VM by make vm-rust"]
+    async fn route_socket_finds_and_removes_a_child_with_its_rules() {
+        let (t, ns) = TestNs::new("nlverbs3");
+        let host = Netlink::current().unwrap();
+        let pod = Netlink::in_netns(&ns).unwrap();
+        let master = host.link_by_name(&rail()).await.unwrap().expect("the rail");
+        host.create_ipvlan_l2("nlv3", master.index, None, &ns)
+            .await
+            .unwrap();
+        let plain = RouteSocket::open_in(&ns).unwrap();
+        let child = plain.link_by_name("nlv3").unwrap().expect("the child");
+        assert_eq!(
+            Some(&child),
+            pod.link_by_name("nlv3").await.unwrap().as_ref()
+        );
+        assert_eq!(child.kind, Some(InfoKind::IpVlan));
+        assert!(plain.link_by_name("nlv-nothing").unwrap().is_none());
+        // A link of the host is not one of the pod's.
+        assert!(plain.link_by_name(&rail()).unwrap().is_none());
+
+        let table = 10_000 + child.index;
+        let (v4, v6): (IpAddr, IpAddr) =
+            ("10.89.0.5".parse().unwrap(), "fd00:89::5".parse().unwrap());
+        pod.add_rule(v4, table, 1000).await.unwrap();
+        pod.add_rule(v6, table, 1000).await.unwrap();
+        pod.add_rule(v4, table + 1, 1000).await.unwrap();
+        let mut ours = plain.rules_in_table(table).unwrap();
+        ours.sort_by_key(|r| r.source);
+        assert_eq!(
+            ours.iter().map(|r| (r.table, r.source)).collect::<Vec<_>>(),
+            [(table, Some(v4)), (table, Some(v6))]
+        );
+        for rule in &ours {
+            plain.delete_rule(rule).unwrap();
+            plain.delete_rule(rule).unwrap(); // already gone
+        }
+        assert!(plain.rules_in_table(table).unwrap().is_empty());
+        let looks_up = |shown: &str, n: u32| {
+            shown
+                .lines()
+                .any(|l| l.trim_end().ends_with(&format!("lookup {n}")))
+        };
+        let (four, six) = (t.ip(&["-4", "rule", "show"]), t.ip(&["-6", "rule", "show"]));
+        assert!(
+            !looks_up(&four, table) && !looks_up(&six, table),
+            "{four}{six}"
+        );
+        assert!(
+            looks_up(&four, table + 1),
+            "the other table's rule stays: {four}"
+        );
+
+        plain.delete_link(child.index).unwrap();
+        assert!(plain.link_by_name("nlv3").unwrap().is_none());
+        assert_eq!(t.ip(&["-o", "link", "show"]).lines().count(), 1, "only lo");
+        plain.delete_link(child.index).unwrap(); // already gone
     }
 }
