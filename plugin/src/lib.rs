@@ -202,15 +202,18 @@ fn dispatch(env: &Env, stdin: &[u8]) -> Result<Option<Value>> {
     for field in &ignored {
         tracing::warn!(field = %field, "ignored a field of the configuration");
     }
+    if env.command == Command::Del {
+        // DEL's netlink requests are answered within the send (ipvlan::remove): no runtime.
+        return del::del(env, &conf).map(|()| None);
+    }
     let runtime = netlink::runtime()?;
     let outcome = runtime.block_on(async {
         match env.command {
             Command::Add => add::add(env, &conf).await.map(Some),
-            Command::Del => del::del(env, &conf).await.map(|()| None),
             Command::Check => check::check(env, &conf).await.map(|()| None),
             Command::Status => status::status(env, &conf).await.map(|()| None),
             Command::Gc => gc::gc(env, &conf).await.map(|()| None),
-            Command::Version => unreachable!("handled above"),
+            Command::Del | Command::Version => unreachable!("handled above"),
         }
     });
     // The command has finished (or undone) its work, and the process exits after printing:

@@ -4,7 +4,7 @@
 use netlink_packet_route::link::InfoKind;
 
 use crate::attach::routing;
-use crate::kernel::netlink::{Link, Netlink};
+use crate::kernel::netlink::{Link, Netlink, RouteSocket};
 use crate::kernel::netns::Netns;
 use crate::protocol::cni::Env;
 use crate::protocol::error::{Error, Result};
@@ -79,19 +79,20 @@ fn fnv1a32(bytes: impl Iterator<Item = u8>) -> u32 {
 }
 
 /// Removes the child CNI_IFNAME from the pod with its source rules (DEL), and a child still
-/// under its temporary name. A link of another kind under that name is left alone.
-pub(crate) async fn remove(env: &Env, netns: &Netns) -> Result<()> {
-    let pod = Netlink::in_netns(netns)?;
+/// under its temporary name. A link of another kind under that name is left alone. On a plain
+/// socket ([`RouteSocket`]): DEL needs no runtime.
+pub(crate) fn remove(env: &Env, netns: &Netns) -> Result<()> {
+    let pod = RouteSocket::open_in(netns)?;
     // A child still under its temporary name: an ADD that had to use one (see `create`) was
     // killed before renaming it.
     let temp = temp_name(env);
-    if let Some(link) = pod.link_by_name(&temp).await? {
+    if let Some(link) = pod.link_by_name(&temp)? {
         if link.kind == Some(InfoKind::IpVlan) {
             tracing::info!(link = %temp, "removing a child left by an interrupted ADD");
-            pod.delete_link(link.index).await?;
+            pod.delete_link(link.index)?;
         }
     }
-    let Some(link) = pod.link_by_name(&env.ifname).await? else {
+    let Some(link) = pod.link_by_name(&env.ifname)? else {
         return Ok(());
     };
     if link.kind != Some(InfoKind::IpVlan) {
@@ -99,17 +100,12 @@ pub(crate) async fn remove(env: &Env, netns: &Netns) -> Result<()> {
         return Ok(());
     }
     // Rules are not tied to the link: remove them before the link, while the table number
-    // (derived from its ifindex) is still known to be ours.
-    let table = routing::table_for(link.index);
-    for v6 in [false, true] {
-        for rule in pod.rules(v6).await? {
-            if rule.table == table {
-                pod.delete_rule(&rule).await?;
-            }
-        }
+    // (derived from its ifindex) is still known to be ours. One dump holds both families'.
+    for rule in pod.rules_in_table(routing::table_for(link.index))? {
+        pod.delete_rule(&rule)?;
     }
     // Routes in the child's table go away with the link.
-    pod.delete_link(link.index).await
+    pod.delete_link(link.index)
 }
 
 #[cfg(test)]

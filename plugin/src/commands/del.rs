@@ -10,7 +10,8 @@ use crate::protocol::cni::{CniResult, Env};
 use crate::protocol::config::NetConf;
 use crate::protocol::error::{Error, Result};
 
-pub async fn del(env: &Env, conf: &NetConf) -> Result<()> {
+/// Synchronous: nothing in DEL waits on the runtime (ipvlan::remove).
+pub fn del(env: &Env, conf: &NetConf) -> Result<()> {
     // An ADD of this attachment that is still running (orphaned by a runtime that gave up on
     // it) ends within its own limits, undone or done; then this DEL removes it (lock.rs).
     let key = lock::Key::attachment(&env.container_id, &env.ifname);
@@ -44,7 +45,7 @@ pub async fn del(env: &Env, conf: &NetConf) -> Result<()> {
                 "CNI_NETNS is the plugin's own (host) namespace; not touching its links or rules"
             ),
             Ok(Some(netns)) => {
-                if let Err(e) = ipvlan::remove(env, &netns).await {
+                if let Err(e) = ipvlan::remove(env, &netns) {
                     tracing::warn!(error = %e, "could not remove the child; continuing with IPAM");
                 }
             }

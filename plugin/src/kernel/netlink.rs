@@ -22,6 +22,8 @@ use crate::protocol::error::{Error, Result};
 
 pub struct Netlink {
     handle: Handle,
+    /// A second socket of the same namespace for [`Netlink::link_by_name`], driven by hand.
+    lookup: RouteSocket,
 }
 
 /// Runs `work` on the one kind of runtime the plugin and its tools use: current-thread (the
@@ -200,42 +202,36 @@ impl Netlink {
     pub fn current() -> Result<Netlink> {
         let (conn, handle, _) = rtnetlink::new_connection()
             .map_err(|e| Error::io("cannot open a netlink socket", e))?;
+        let lookup =
+            RouteSocket::open().map_err(|e| Error::io("cannot open a netlink socket", e))?;
         tokio::spawn(conn);
-        Ok(Netlink { handle })
+        Ok(Netlink { handle, lookup })
     }
 
     /// A socket in `ns`. Must run inside the tokio runtime.
     pub fn in_netns(ns: &Netns) -> Result<Netlink> {
         let runtime = tokio::runtime::Handle::current();
-        let (conn, handle, _) = ns
+        let ((conn, handle, _), lookup) = ns
             .run(move || {
                 // The socket registers with the runtime's reactor from this thread, and keeps
                 // this thread's namespace after the thread is gone.
                 let _guard = runtime.enter();
-                rtnetlink::new_connection()
+                Ok((rtnetlink::new_connection()?, RouteSocket::open()?))
             })?
-            .map_err(|e| {
+            .map_err(|e: std::io::Error| {
                 Error::io(
                     format!("cannot open a netlink socket in {}", ns.path().display()),
                     e,
                 )
             })?;
         tokio::spawn(conn);
-        Ok(Netlink { handle })
+        Ok(Netlink { handle, lookup })
     }
 
+    /// One RTM_GETLINK by name on the plain socket ([`RouteSocket::link_by_name`]). `async`
+    /// like the other verbs, though the kernel answers within the send.
     pub async fn link_by_name(&self, name: &str) -> Result<Option<Link>> {
-        let mut links = self
-            .handle
-            .link()
-            .get()
-            .match_name(name.to_string())
-            .execute();
-        match links.try_next().await {
-            Ok(msg) => Ok(msg.map(parse_link)),
-            Err(e) if is_errno(&e, libc::ENODEV) => Ok(None),
-            Err(e) => Err(Error::netlink(format!("cannot look up link {name}"), e)),
-        }
+        self.lookup.link_by_name(name)
     }
 
     /// Every link of this socket's namespace.
@@ -524,6 +520,396 @@ fn is_errno(e: &rtnetlink::Error, errno: i32) -> bool {
     crate::protocol::error::netlink_errno(e) == Some(errno)
 }
 
+/// A plain, blocking NETLINK_ROUTE socket for requests the kernel answers within the send: a
+/// link by name (what every ADD, CHECK and DEL starts with), and DEL's rules and link. Replies
+/// are read for the few attributes the plugin uses instead of being decoded whole by
+/// netlink-packet-route (every attribute, the nested per-family ones included), which was
+/// most of what such a request cost a short-lived process; DEL needs neither the runtime nor
+/// rtnetlink at all.
+pub struct RouteSocket {
+    socket: netlink_sys::Socket,
+    seq: std::sync::atomic::AtomicU32,
+}
+
+/// A policy rule as DEL deletes it: its table, and the kernel's message to send back.
+#[derive(Debug, Clone)]
+pub struct RawRule {
+    pub table: u32,
+    pub source: Option<IpAddr>,
+    /// The RTM_NEWRULE payload (`fib_rule_hdr` and attributes), which identifies the rule.
+    message: Vec<u8>,
+}
+
+#[derive(Debug)]
+enum LookupError {
+    /// The kernel answered with this errno.
+    Kernel(i32),
+    Io(std::io::Error),
+}
+
+impl LookupError {
+    /// As the crate reports it: a kernel errno as rtnetlink would have carried it.
+    fn into_error(self, what: String) -> Error {
+        match self {
+            LookupError::Kernel(errno) => {
+                let mut msg = netlink_packet_core::ErrorMessage::default();
+                msg.code = std::num::NonZeroI32::new(-errno);
+                Error::netlink(what, rtnetlink::Error::NetlinkError(msg))
+            }
+            LookupError::Io(e) => Error::io(what, e),
+        }
+    }
+}
+
+const RTM_NEWLINK: u16 = 16;
+const RTM_DELLINK: u16 = 17;
+const RTM_GETLINK: u16 = 18;
+const RTM_NEWRULE: u16 = 32;
+const RTM_DELRULE: u16 = 33;
+const RTM_GETRULE: u16 = 34;
+const NLMSG_ERROR: u16 = 2;
+const NLMSG_DONE: u16 = 3;
+const NLM_F_MULTI: u16 = 0x2;
+const NLMSG_HDRLEN: usize = 16;
+/// struct ifinfomsg
+const IFINFOMSG_LEN: usize = 16;
+/// struct fib_rule_hdr: family, dst_len, src_len, tos, table, res1, res2, action, flags.
+const FIB_RULE_HDR_LEN: usize = 12;
+const FRA_SRC: u16 = 2;
+const FRA_TABLE: u16 = 15;
+const IFLA_ADDRESS: u16 = 1;
+const IFLA_IFNAME: u16 = 3;
+const IFLA_MTU: u16 = 4;
+const IFLA_LINK: u16 = 5;
+const IFLA_LINKINFO: u16 = 18;
+const IFLA_IFALIAS: u16 = 20;
+const IFLA_EXT_MASK: u16 = 29;
+const IFLA_LINK_NETNSID: u16 = 37;
+const IFLA_INFO_KIND: u16 = 1;
+const IFLA_INFO_DATA: u16 = 2;
+const IFLA_IPVLAN_MODE: u16 = 1;
+const RTEXT_FILTER_SKIP_STATS: u32 = 1 << 3;
+const IFF_UP: u32 = 1;
+/// The attribute type without NLA_F_NESTED and NLA_F_NET_BYTEORDER.
+const NLA_TYPE_MASK: u16 = 0x3fff;
+
+impl RouteSocket {
+    fn open() -> std::io::Result<RouteSocket> {
+        let mut socket = netlink_sys::Socket::new(netlink_sys::protocols::NETLINK_ROUTE)?;
+        socket.bind_auto()?;
+        socket.connect(&netlink_sys::SocketAddr::new(0, 0))?;
+        Ok(RouteSocket {
+            socket,
+            seq: std::sync::atomic::AtomicU32::new(0),
+        })
+    }
+
+    /// A socket in `ns`, opened on a thread inside it (netns.rs).
+    pub fn open_in(ns: &Netns) -> Result<RouteSocket> {
+        ns.run(RouteSocket::open)?.map_err(|e| {
+            Error::io(
+                format!("cannot open a netlink socket in {}", ns.path().display()),
+                e,
+            )
+        })
+    }
+
+    /// One RTM_GETLINK by name (IFLA_IFNAME), without the link's counters
+    /// (RTEXT_FILTER_SKIP_STATS); None when there is no such link.
+    pub fn link_by_name(&self, name: &str) -> Result<Option<Link>> {
+        match self.exchange(getlink_request(name), RTM_NEWLINK) {
+            Ok(replies) => match replies.first().map(|p| parse_link_reply(p)) {
+                Some(Some(link)) => Ok(Some(link)),
+                _ => Err(malformed("an RTM_GETLINK answer without a whole link")
+                    .into_error(format!("cannot look up link {name}"))),
+            },
+            Err(LookupError::Kernel(errno)) if errno == libc::ENODEV => Ok(None),
+            Err(e) => Err(e.into_error(format!("cannot look up link {name}"))),
+        }
+    }
+
+    /// The policy rules of every family (one RTM_GETRULE dump with AF_UNSPEC) that look up
+    /// `table`.
+    pub fn rules_in_table(&self, table: u32) -> Result<Vec<RawRule>> {
+        let request = request(
+            RTM_GETRULE,
+            netlink_packet_core::NLM_F_DUMP,
+            &[0u8; FIB_RULE_HDR_LEN],
+        );
+        let replies = self
+            .exchange(request, RTM_NEWRULE)
+            .map_err(|e| e.into_error("cannot list policy rules".into()))?;
+        Ok(replies
+            .into_iter()
+            .filter_map(parse_rule_reply)
+            .filter(|rule| rule.table == table)
+            .collect())
+    }
+
+    /// Deletes a rule by sending its message back as RTM_DELRULE (as `ip rule flush` does);
+    /// one already gone is not an error.
+    pub fn delete_rule(&self, rule: &RawRule) -> Result<()> {
+        let request = request(RTM_DELRULE, netlink_packet_core::NLM_F_ACK, &rule.message);
+        match self.exchange(request, 0) {
+            Err(LookupError::Kernel(errno)) if errno == libc::ENOENT => Ok(()),
+            Err(e) => Err(e.into_error(format!(
+                "cannot delete rule from {:?} lookup {}",
+                rule.source, rule.table
+            ))),
+            Ok(_) => Ok(()),
+        }
+    }
+
+    /// Deletes a link; a link that is already gone is not an error.
+    pub fn delete_link(&self, index: u32) -> Result<()> {
+        let mut ifinfo = [0u8; IFINFOMSG_LEN];
+        ifinfo[4..8].copy_from_slice(&index.to_ne_bytes());
+        let request = request(RTM_DELLINK, netlink_packet_core::NLM_F_ACK, &ifinfo);
+        match self.exchange(request, 0) {
+            Err(LookupError::Kernel(errno)) if errno == libc::ENODEV => Ok(()),
+            Err(e) => Err(e.into_error(format!("cannot delete link #{index}"))),
+            Ok(_) => Ok(()),
+        }
+    }
+
+    /// Sends `request` (its sequence number filled in here) and returns the payloads of the
+    /// replies of type `reply_type` to it: a dump's up to NLMSG_DONE, a request's one answer,
+    /// none for an ACK.
+    fn exchange(
+        &self,
+        mut request: Vec<u8>,
+        reply_type: u16,
+    ) -> std::result::Result<Vec<Vec<u8>>, LookupError> {
+        let seq = 1 + self.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        request[8..12].copy_from_slice(&seq.to_ne_bytes());
+        self.socket.send(&request, 0).map_err(LookupError::Io)?;
+        let mut buf = Vec::with_capacity(64 * 1024);
+        let mut replies = Vec::new();
+        loop {
+            buf.clear();
+            let len = self
+                .socket
+                .recv(&mut buf, libc::MSG_TRUNC)
+                .map_err(LookupError::Io)?;
+            if len > buf.len() {
+                return Err(LookupError::Io(std::io::Error::other(format!(
+                    "a {len} byte netlink reply does not fit the {} byte buffer",
+                    buf.len()
+                ))));
+            }
+            if collect(&buf, seq, reply_type, &mut replies)? {
+                return Ok(replies);
+            }
+        }
+    }
+}
+
+fn malformed(what: &str) -> LookupError {
+    LookupError::Io(std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        format!("malformed netlink reply: {what}"),
+    ))
+}
+
+/// Feeds one received datagram: appends the payload of each reply of type `reply_type` to
+/// request `seq`. True when the answer is complete: NLMSG_DONE (a dump's end), an ACK, or a
+/// reply without NLM_F_MULTI (a request's one answer); a kernel error is its errno.
+fn collect(
+    buf: &[u8],
+    seq: u32,
+    reply_type: u16,
+    out: &mut Vec<Vec<u8>>,
+) -> std::result::Result<bool, LookupError> {
+    let mut rest = buf;
+    while rest.len() >= NLMSG_HDRLEN {
+        let len = u32_at(rest, 0) as usize;
+        if len < NLMSG_HDRLEN || len > rest.len() {
+            return Err(malformed("message length out of bounds"));
+        }
+        let (msg_type, flags, msg_seq) = (u16_at(rest, 4), u16_at(rest, 6), u32_at(rest, 8));
+        let payload = &rest[NLMSG_HDRLEN..len];
+        rest = &rest[len.next_multiple_of(4).min(rest.len())..];
+        if msg_seq != seq {
+            continue;
+        }
+        let code = || {
+            payload
+                .get(..4)
+                .map(|b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+        };
+        match msg_type {
+            NLMSG_ERROR => {
+                return match code() {
+                    Some(0) => Ok(true),
+                    Some(c) if c < 0 => Err(LookupError::Kernel(-c)),
+                    _ => Err(malformed("NLMSG_ERROR without a negative errno")),
+                }
+            }
+            // A dump that fails after it started reports -errno in NLMSG_DONE's payload.
+            NLMSG_DONE => {
+                return match code() {
+                    Some(c) if c < 0 => Err(LookupError::Kernel(-c)),
+                    _ => Ok(true),
+                }
+            }
+            t if t == reply_type && reply_type != 0 => {
+                out.push(payload.to_vec());
+                if flags & NLM_F_MULTI == 0 {
+                    return Ok(true);
+                }
+            }
+            _ => return Err(malformed("unexpected message type")),
+        }
+    }
+    Ok(false)
+}
+
+/// A request: `nlmsghdr` (sequence number 0 until [`RouteSocket::exchange`] sets it) and
+/// `body`.
+fn request(msg_type: u16, flags: u16, body: &[u8]) -> Vec<u8> {
+    let mut buf = vec![0u8; NLMSG_HDRLEN];
+    buf.extend_from_slice(body);
+    let total = u32::try_from(buf.len()).expect("a request is a few bytes long");
+    buf[0..4].copy_from_slice(&total.to_ne_bytes());
+    buf[4..6].copy_from_slice(&msg_type.to_ne_bytes());
+    buf[6..8].copy_from_slice(&(netlink_packet_core::NLM_F_REQUEST | flags).to_ne_bytes());
+    buf
+}
+
+/// The table (FRA_TABLE, else the header's 8-bit field) and source (FRA_SRC) of an RTM_NEWRULE
+/// payload, kept with the payload; None when it is shorter than its header.
+fn parse_rule_reply(payload: Vec<u8>) -> Option<RawRule> {
+    let (family, header_table) = (*payload.first()?, u32::from(*payload.get(4)?));
+    let mut table = header_table;
+    let mut source = None;
+    for (kind, value) in attributes(payload.get(FIB_RULE_HDR_LEN..)?) {
+        match kind {
+            FRA_TABLE if value.len() == 4 => table = u32_at(value, 0),
+            FRA_SRC => {
+                source = match (i32::from(family), value.len()) {
+                    (libc::AF_INET, 4) => {
+                        Some(IpAddr::from(<[u8; 4]>::try_from(value).expect("4 bytes")))
+                    }
+                    (libc::AF_INET6, 16) => {
+                        Some(IpAddr::from(<[u8; 16]>::try_from(value).expect("16 bytes")))
+                    }
+                    _ => None,
+                }
+            }
+            _ => {}
+        }
+    }
+    Some(RawRule {
+        table,
+        source,
+        message: payload,
+    })
+}
+
+/// RTM_GETLINK for `name`: an empty `ifinfomsg`, IFLA_IFNAME and IFLA_EXT_MASK.
+fn getlink_request(name: &str) -> Vec<u8> {
+    fn attr(buf: &mut Vec<u8>, kind: u16, value: &[u8]) {
+        let len = u16::try_from(4 + value.len()).expect("an interface name is short");
+        buf.extend_from_slice(&len.to_ne_bytes());
+        buf.extend_from_slice(&kind.to_ne_bytes());
+        buf.extend_from_slice(value);
+        buf.resize(buf.len().next_multiple_of(4), 0);
+    }
+    let mut body = vec![0u8; IFINFOMSG_LEN];
+    let mut ifname = name.as_bytes().to_vec();
+    ifname.push(0);
+    attr(&mut body, IFLA_IFNAME, &ifname);
+    attr(
+        &mut body,
+        IFLA_EXT_MASK,
+        &RTEXT_FILTER_SKIP_STATS.to_ne_bytes(),
+    );
+    request(RTM_GETLINK, 0, &body)
+}
+
+fn u16_at(buf: &[u8], at: usize) -> u16 {
+    u16::from_ne_bytes([buf[at], buf[at + 1]])
+}
+
+fn u32_at(buf: &[u8], at: usize) -> u32 {
+    u32::from_ne_bytes([buf[at], buf[at + 1], buf[at + 2], buf[at + 3]])
+}
+
+/// The attributes of a netlink attribute stream, as (type, value); a truncated one ends it.
+fn attributes(mut buf: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
+    std::iter::from_fn(move || {
+        if buf.len() < 4 {
+            return None;
+        }
+        let len = usize::from(u16_at(buf, 0));
+        if len < 4 || len > buf.len() {
+            return None;
+        }
+        let item = (u16_at(buf, 2) & NLA_TYPE_MASK, &buf[4..len]);
+        buf = &buf[len.next_multiple_of(4).min(buf.len())..];
+        Some(item)
+    })
+}
+
+fn nul_terminated(value: &[u8]) -> String {
+    let text = value.split(|&b| b == 0).next().unwrap_or_default();
+    String::from_utf8_lossy(text).into_owned()
+}
+
+/// The [`Link`] of an RTM_NEWLINK payload (`ifinfomsg`, then attributes): what [`parse_link`]
+/// takes from netlink-packet-route's decoding, read straight from the bytes. None when the
+/// payload is shorter than its header.
+fn parse_link_reply(payload: &[u8]) -> Option<Link> {
+    if payload.len() < IFINFOMSG_LEN {
+        return None;
+    }
+    let mut link = Link {
+        index: u32_at(payload, 4),
+        name: String::new(),
+        mtu: 0,
+        mac: Vec::new(),
+        admin_up: u32_at(payload, 8) & IFF_UP != 0,
+        kind: None,
+        ipvlan_mode: None,
+        parent: None,
+        parent_elsewhere: false,
+        alias: None,
+    };
+    let u32_of = |v: &[u8]| (v.len() == 4).then(|| u32_at(v, 0));
+    for (kind, value) in attributes(&payload[IFINFOMSG_LEN..]) {
+        match kind {
+            IFLA_IFNAME => link.name = nul_terminated(value),
+            IFLA_MTU => link.mtu = u32_of(value).unwrap_or(0),
+            IFLA_ADDRESS => link.mac = value.to_vec(),
+            IFLA_LINK => link.parent = u32_of(value),
+            IFLA_LINK_NETNSID => link.parent_elsewhere = true,
+            IFLA_IFALIAS => link.alias = Some(nul_terminated(value)),
+            IFLA_LINKINFO => {
+                let mut data = None;
+                for (info, value) in attributes(value) {
+                    match info {
+                        IFLA_INFO_KIND => {
+                            link.kind = Some(InfoKind::from(nul_terminated(value).as_str()))
+                        }
+                        IFLA_INFO_DATA => data = Some(value),
+                        _ => {}
+                    }
+                }
+                // IFLA_INFO_DATA's attributes mean what the kind says they mean.
+                if link.kind == Some(InfoKind::IpVlan) {
+                    link.ipvlan_mode = data
+                        .into_iter()
+                        .flat_map(attributes)
+                        .find(|(t, v)| *t == IFLA_IPVLAN_MODE && v.len() == 2)
+                        .map(|(_, v)| IpVlanMode::from(u16_at(v, 0)));
+                }
+            }
+            _ => {}
+        }
+    }
+    Some(link)
+}
+
 fn parse_link(msg: LinkMessage) -> Link {
     let mut link = Link {
         index: msg.header.index,
@@ -591,6 +977,200 @@ fn route_table(msg: &netlink_packet_route::route::RouteMessage) -> u32 {
             _ => None,
         })
         .unwrap_or(u32::from(msg.header.table))
+}
+
+/// The lookup socket's encoding and decoding, on hand-built messages (the privileged tests below
+/// run it against the kernel).
+#[cfg(test)]
+mod lookup_tests {
+    use super::*;
+    use netlink_packet_core::Parseable;
+
+    fn nla(kind: u16, value: &[u8]) -> Vec<u8> {
+        let mut a = Vec::new();
+        a.extend_from_slice(&((4 + value.len()) as u16).to_ne_bytes());
+        a.extend_from_slice(&kind.to_ne_bytes());
+        a.extend_from_slice(value);
+        while a.len() % 4 != 0 {
+            a.push(0);
+        }
+        a
+    }
+
+    /// An RTM_NEWLINK payload: ifinfomsg (family, pad, type, index, flags, change), then
+    /// attributes.
+    fn newlink(index: u32, flags: u32, attrs: &[Vec<u8>]) -> Vec<u8> {
+        let mut p = vec![0u8, 0];
+        p.extend_from_slice(&1u16.to_ne_bytes()); // ARPHRD_ETHER
+        p.extend_from_slice(&index.to_ne_bytes());
+        p.extend_from_slice(&flags.to_ne_bytes());
+        p.extend_from_slice(&0u32.to_ne_bytes());
+        for a in attrs {
+            p.extend_from_slice(a);
+        }
+        p
+    }
+
+    fn message(msg_type: u16, seq: u32, flags: u16, payload: &[u8]) -> Vec<u8> {
+        let mut m = Vec::new();
+        m.extend_from_slice(&((16 + payload.len()) as u32).to_ne_bytes());
+        m.extend_from_slice(&msg_type.to_ne_bytes());
+        m.extend_from_slice(&flags.to_ne_bytes());
+        m.extend_from_slice(&seq.to_ne_bytes());
+        m.extend_from_slice(&0u32.to_ne_bytes());
+        m.extend_from_slice(payload);
+        m
+    }
+
+    fn ipvlan_child() -> Vec<u8> {
+        let info = [
+            nla(IFLA_INFO_KIND, b"ipvlan\0"),
+            nla(
+                IFLA_INFO_DATA | 0x8000,
+                &[
+                    nla(IFLA_IPVLAN_MODE, &0u16.to_ne_bytes()),
+                    nla(2, &0u16.to_ne_bytes()),
+                ]
+                .concat(),
+            ),
+        ]
+        .concat();
+        newlink(
+            7,
+            0x1003, // IFF_UP | IFF_BROADCAST | IFF_MULTICAST
+            &[
+                nla(IFLA_IFNAME, b"net1\0"),
+                nla(IFLA_MTU, &9000u32.to_ne_bytes()),
+                nla(IFLA_ADDRESS, &[0x52, 0x54, 0, 0x0a, 0, 1]),
+                nla(IFLA_LINK, &3u32.to_ne_bytes()),
+                nla(IFLA_LINK_NETNSID, &0i32.to_ne_bytes()),
+                nla(IFLA_IFALIAS, b"roce: rxe1 port 1 gid 1\0"),
+                nla(IFLA_LINKINFO | 0x8000, &info),
+                // An attribute the lookup does not read (IFLA_TXQLEN).
+                nla(13, &1000u32.to_ne_bytes()),
+            ],
+        )
+    }
+
+    #[test]
+    fn a_link_reads_as_netlink_packet_route_decodes_it() {
+        for (payload, kind) in [
+            (ipvlan_child(), Some(InfoKind::IpVlan)),
+            (
+                newlink(
+                    2,
+                    0,
+                    &[
+                        nla(IFLA_IFNAME, b"rdma1\0"),
+                        nla(IFLA_MTU, &1500u32.to_ne_bytes()),
+                    ],
+                ),
+                None,
+            ),
+        ] {
+            let ours = parse_link_reply(&payload).expect("a whole message");
+            let theirs = parse_link(LinkMessage::parse(&payload[..]).expect("decodes"));
+            assert_eq!(ours, theirs);
+            assert_eq!(ours.kind, kind);
+        }
+        let child = parse_link_reply(&ipvlan_child()).unwrap();
+        assert_eq!(
+            (child.index, child.name.as_str(), child.mtu, child.admin_up),
+            (7, "net1", 9000, true)
+        );
+        assert_eq!(child.ipvlan_mode, Some(IpVlanMode::L2));
+        assert_eq!((child.parent, child.parent_elsewhere), (Some(3), true));
+        assert_eq!(child.mac_string(), "52:54:00:0a:00:01");
+        assert!(parse_link_reply(&[0u8; 8]).is_none());
+    }
+
+    #[test]
+    fn a_mode_attribute_of_another_kind_is_not_an_ipvlan_mode() {
+        let info = [
+            nla(IFLA_INFO_KIND, b"macvlan\0"),
+            nla(IFLA_INFO_DATA, &nla(1, &4u32.to_ne_bytes())),
+        ]
+        .concat();
+        let link = parse_link_reply(&newlink(5, 0, &[nla(IFLA_LINKINFO, &info)])).unwrap();
+        assert_eq!(link.kind, Some(InfoKind::MacVlan));
+        assert_eq!(link.ipvlan_mode, None);
+    }
+
+    #[test]
+    fn the_replies_to_the_request_are_picked_and_errors_keep_their_errno() {
+        let answer = |buf: &[u8]| {
+            let mut out = Vec::new();
+            collect(buf, 5, RTM_NEWLINK, &mut out).map(|done| (done, out))
+        };
+        let other = message(RTM_NEWLINK, 4, 0, &ipvlan_child());
+        let ours = message(RTM_NEWLINK, 5, 0, &ipvlan_child());
+        assert_eq!(answer(&other).unwrap(), (false, vec![]));
+        let (done, replies) = answer(&[other.clone(), ours].concat()).unwrap();
+        assert!(done);
+        assert_eq!(parse_link_reply(&replies[0]).unwrap().name, "net1");
+        // A dump: every NLM_F_MULTI part, then NLMSG_DONE.
+        let part = message(RTM_NEWLINK, 5, NLM_F_MULTI, &ipvlan_child());
+        assert!(!answer(&[part.clone(), part.clone()].concat()).unwrap().0);
+        let dump = [
+            part.clone(),
+            part,
+            message(NLMSG_DONE, 5, NLM_F_MULTI, &0i32.to_ne_bytes()),
+        ];
+        assert_eq!(answer(&dump.concat()).unwrap().1.len(), 2);
+        let ack = message(NLMSG_ERROR, 5, 0, &0i32.to_ne_bytes());
+        assert_eq!(answer(&ack).unwrap(), (true, vec![]));
+        let enodev = message(NLMSG_ERROR, 5, 0, &(-libc::ENODEV).to_ne_bytes());
+        match answer(&enodev) {
+            Err(LookupError::Kernel(errno)) => assert_eq!(errno, libc::ENODEV),
+            other => panic!("{other:?}"),
+        }
+        let mut cut = message(RTM_NEWLINK, 5, 0, &ipvlan_child());
+        cut[0..4].copy_from_slice(&4096u32.to_ne_bytes());
+        assert!(matches!(answer(&cut), Err(LookupError::Io(_))));
+        assert!(matches!(
+            answer(&message(RTM_NEWRULE, 5, 0, &[0; 12])),
+            Err(LookupError::Io(_))
+        ));
+    }
+
+    #[test]
+    fn the_link_request_names_the_link_and_skips_the_counters() {
+        let req = getlink_request("rdma1");
+        assert_eq!(u32_at(&req, 0) as usize, req.len());
+        assert_eq!(u16_at(&req, 4), RTM_GETLINK);
+        assert_eq!(u16_at(&req, 6), netlink_packet_core::NLM_F_REQUEST);
+        let attrs: Vec<(u16, Vec<u8>)> = attributes(&req[NLMSG_HDRLEN + IFINFOMSG_LEN..])
+            .map(|(t, v)| (t, v.to_vec()))
+            .collect();
+        assert_eq!(
+            attrs,
+            [
+                (IFLA_IFNAME, b"rdma1\0".to_vec()),
+                (
+                    IFLA_EXT_MASK,
+                    RTEXT_FILTER_SKIP_STATS.to_ne_bytes().to_vec()
+                )
+            ]
+        );
+    }
+
+    #[test]
+    fn a_rule_reads_its_table_and_source() {
+        // fib_rule_hdr: AF_INET, src_len 32, table 252 (the 8-bit field), action 1.
+        let header = [2u8, 0, 32, 0, 252, 0, 0, 1, 0, 0, 0, 0];
+        let rule = |attrs: &[Vec<u8>]| {
+            parse_rule_reply([header.to_vec(), attrs.concat()].concat()).expect("a rule")
+        };
+        let ours = rule(&[
+            nla(FRA_SRC, &[10, 23, 0, 5]),
+            nla(FRA_TABLE, &10_002u32.to_ne_bytes()),
+        ]);
+        assert_eq!(ours.table, 10_002);
+        assert_eq!(ours.source, Some("10.23.0.5".parse().unwrap()));
+        let short_table = rule(&[]);
+        assert_eq!((short_table.table, short_table.source), (252, None));
+        assert!(parse_rule_reply(vec![2, 0, 0]).is_none());
+    }
 }
 
 /// Privileged: the verbs against the real kernel, in a namespace of their own on a Soft-RoCE
@@ -810,5 +1390,66 @@ mod tests {
             .await
             .unwrap()
             .is_empty());
+    }
+
+    /// DEL's verbs on the plain socket: the child by name, its rules of both families from one
+    /// dump, each deleted by its own message, then the link; read back with `ip`.
+    #[tokio::test(flavor = "current_thread")]
+    #[ignore = "privileged: run in the VM by make vm-rust"]
+    async fn route_socket_finds_and_removes_a_child_with_its_rules() {
+        let (t, ns) = TestNs::new("nlverbs3");
+        let host = Netlink::current().unwrap();
+        let pod = Netlink::in_netns(&ns).unwrap();
+        let master = host.link_by_name(&rail()).await.unwrap().expect("the rail");
+        host.create_ipvlan_l2("nlv3", master.index, None, &ns)
+            .await
+            .unwrap();
+        let plain = RouteSocket::open_in(&ns).unwrap();
+        let child = plain.link_by_name("nlv3").unwrap().expect("the child");
+        assert_eq!(
+            Some(&child),
+            pod.link_by_name("nlv3").await.unwrap().as_ref()
+        );
+        assert_eq!(child.kind, Some(InfoKind::IpVlan));
+        assert!(plain.link_by_name("nlv-nothing").unwrap().is_none());
+        // A link of the host is not one of the pod's.
+        assert!(plain.link_by_name(&rail()).unwrap().is_none());
+
+        let table = 10_000 + child.index;
+        let (v4, v6): (IpAddr, IpAddr) =
+            ("10.89.0.5".parse().unwrap(), "fd00:89::5".parse().unwrap());
+        pod.add_rule(v4, table, 1000).await.unwrap();
+        pod.add_rule(v6, table, 1000).await.unwrap();
+        pod.add_rule(v4, table + 1, 1000).await.unwrap();
+        let mut ours = plain.rules_in_table(table).unwrap();
+        ours.sort_by_key(|r| r.source);
+        assert_eq!(
+            ours.iter().map(|r| (r.table, r.source)).collect::<Vec<_>>(),
+            [(table, Some(v4)), (table, Some(v6))]
+        );
+        for rule in &ours {
+            plain.delete_rule(rule).unwrap();
+            plain.delete_rule(rule).unwrap(); // already gone
+        }
+        assert!(plain.rules_in_table(table).unwrap().is_empty());
+        let looks_up = |shown: &str, n: u32| {
+            shown
+                .lines()
+                .any(|l| l.trim_end().ends_with(&format!("lookup {n}")))
+        };
+        let (four, six) = (t.ip(&["-4", "rule", "show"]), t.ip(&["-6", "rule", "show"]));
+        assert!(
+            !looks_up(&four, table) && !looks_up(&six, table),
+            "{four}{six}"
+        );
+        assert!(
+            looks_up(&four, table + 1),
+            "the other table's rule stays: {four}"
+        );
+
+        plain.delete_link(child.index).unwrap();
+        assert!(plain.link_by_name("nlv3").unwrap().is_none());
+        assert_eq!(t.ip(&["-o", "link", "show"]).lines().count(), 1, "only lo");
+        plain.delete_link(child.index).unwrap(); // already gone
     }
 }

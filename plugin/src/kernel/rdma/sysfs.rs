@@ -95,8 +95,10 @@ impl Sysfs {
     }
 
     /// The lowest index holding `gid` with type `gid_type`. Cheaper than
-    /// [`Sysfs::read_gid_table`] for polling: reads only the values, and the type of slots
-    /// whose value matches.
+    /// [`Sysfs::read_gid_table`] for polling: reads only the values, from slot 0 up to the
+    /// match, and the type of slots whose value matches. `gids/` holds every slot of the table
+    /// (0 to its length - 1, a few hundred on most devices), so the slots are read by number
+    /// until one is missing instead of listing the directory on every poll.
     pub fn find_gid(
         &self,
         port: &RdmaPort,
@@ -104,8 +106,19 @@ impl Sysfs {
         gid_type: &GidType,
     ) -> io::Result<Option<u32>> {
         let dir = self.port_dir(port)?;
-        for index in numbered_entries(&dir.join("gids"))? {
-            if read_gid(&dir, index)? != Some(gid) {
+        for index in 0.. {
+            let value = match read_gid(&dir, index) {
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    if index == 0 {
+                        // No slot at all: an empty table, or no such port (reported as the
+                        // listing reports it).
+                        numbered_entries(&dir.join("gids"))?;
+                    }
+                    break;
+                }
+                read => read?,
+            };
+            if value != Some(gid) {
                 continue;
             }
             let found = read_attr(&dir, "types", index)?.map(|t| GidType::parse(&t));
@@ -118,8 +131,10 @@ impl Sysfs {
 
     /// RDMA devices that sysfs ties to the netdev `ifname` without reading any GID table: the
     /// PCI function's `infiniband/` directory (ConnectX and other PCI NICs) and the `parent`
-    /// attribute of software devices (rxe, siw). A hint for the order of the netlink lookup,
-    /// which has the final word; unreadable entries are skipped.
+    /// attribute of software devices (rxe, siw; the first device whose parent is `ifname`, as
+    /// rdma_rxe and siw give a netdev one device at most, so the walk stops there instead of
+    /// reading every device's `parent`). A hint for the order of the netlink lookup, which has
+    /// the final word; unreadable entries are skipped.
     pub fn devices_near_netdev(&self, ifname: &str) -> Vec<String> {
         let Ok(ifname) = path_component(ifname) else {
             return Vec::new();
@@ -135,6 +150,7 @@ impl Sysfs {
                 let parent = read_small(self.class_dir().join(&device).join("parent"));
                 if parent.is_ok_and(|p| p.trim() == ifname) {
                     near.push(device);
+                    break;
                 }
             }
         }
