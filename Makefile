@@ -59,11 +59,20 @@ IMAGE_BUILDER ?= $(shell command -v podman >/dev/null 2>&1 && echo podman || ech
 # target and a cross linker (docs/deploy.md#other-architectures).
 IMAGE_ARCH ?= $(shell uname -m)
 IMAGE_PLATFORM = linux/$(if $(filter aarch64 arm64,$(IMAGE_ARCH)),arm64,amd64)
-RUST_TARGET = $(if $(filter arm64,$(IMAGE_ARCH)),aarch64,$(IMAGE_ARCH))-unknown-linux-musl
+RUST_ARCH = $(if $(filter arm64,$(IMAGE_ARCH)),aarch64,$(IMAGE_ARCH))
+# The shipped binary links musl (docs/deploy.md). The Rust target comes from rustup: when it is
+# missing, rustup adds it (a download); where that cannot be done, the static build links
+# glibc instead, says so here, and the bench page names the target it measured. Decided once
+# per top-level make and passed to the sub-makes; STATIC_LIBC=gnu or =musl chooses by hand.
+STATIC_LIBC := $(or $(STATIC_LIBC),$(shell t=$(RUST_ARCH)-unknown-linux-musl; \
+	if rustup target list --installed 2>/dev/null | grep -qx "$$t" || rustup target add "$$t" >&2; then echo musl; \
+	else echo "make: the Rust target $$t is missing and 'rustup target add $$t' failed: the static build links glibc (static-pie) instead" >&2; echo gnu; fi))
+export STATIC_LIBC
+RUST_TARGET = $(RUST_ARCH)-unknown-linux-$(STATIC_LIBC)
 STATIC_BIN = target/$(RUST_TARGET)/release/roce-ipvlan
 IMAGE_CONTEXT = target/image/$(RUST_TARGET)
 
-.PHONY: build unit lint vm-test vm-rust vm-suite test vm-shell demo deps validate-manifests static image image-test vm-traffic demo-traffic fuzz vm-ofed vm-traffic-ofed
+.PHONY: build unit lint vm-test vm-rust vm-suite test vm-shell demo deps validate-manifests static static-bin image image-test vm-traffic demo-traffic fuzz vm-ofed vm-traffic-ofed
 
 build:
 	$(CARGO) build --locked -p roce-ipvlan
@@ -109,16 +118,18 @@ validate-manifests: build
 	tests/validate-manifests.sh
 
 # The shipped binary: musl, statically linked (static-pie), with the Rust target's own musl
-# (rustup adds it once; no musl-tools needed). It starts faster and is smaller than a static
+# (no musl-tools needed; STATIC_LIBC above). It starts faster and is smaller than a static
 # glibc build (docs/design.md#one-binary-or-two), and a static binary runs on any node's libc.
 # The image holds this binary and nothing else; `make bench` measures it.
 static:
-	@rustup target list --installed 2>/dev/null | grep -qx '$(RUST_TARGET)' || rustup target add $(RUST_TARGET) || { \
-		echo "static: the Rust target $(RUST_TARGET) is missing and rustup could not add it: run 'rustup target add $(RUST_TARGET)' with network access" >&2; exit 1; }
 	RUSTFLAGS='-C target-feature=+crt-static' $(CARGO) build --locked --release --target $(RUST_TARGET) -p roce-ipvlan
 	@if readelf -lW $(STATIC_BIN) | grep -q 'INTERP\|Requesting program interpreter'; then \
 		echo "static: $(STATIC_BIN) is dynamically linked" >&2; exit 1; fi
 	@echo "static: $(STATIC_BIN) is static, $$(stat -c %s $(STATIC_BIN)) bytes"
+
+# Where `make static` puts the binary (bench/run.sh reads it).
+static-bin:
+	@echo $(STATIC_BIN)
 
 image: deps static
 	rm -rf $(IMAGE_CONTEXT) && mkdir -p $(IMAGE_CONTEXT)

@@ -202,6 +202,9 @@ def main():
     size = os.path.getsize(a.plugin)
     S["plugin_sha256"] = hashlib.sha256(open(a.plugin, "rb").read()).hexdigest()
     S["plugin_note"] = os.environ.get("BENCH_BIN_NOTE", "")
+    # The Rust target from the build's path (target/<triple>/release/roce-ipvlan).
+    parts = os.path.normpath(a.plugin).split(os.sep)
+    S["plugin_target"] = parts[-3] if len(parts) >= 3 and parts[-2] == "release" else "unknown"
     go = {p: os.path.getsize(os.path.join(a.go_plugins, p)) for p in ("ipvlan", "tuning", "sbr", "host-local")}
     S["size"] = {"roce-ipvlan": size, "go": go, "go_chain_sum": go["ipvlan"] + go["tuning"] + go["sbr"]}
 
@@ -300,8 +303,9 @@ def render(S, rel):
       "*libcni* columns are the libcni call alone (`CNIDRIVER_TIMING`: plugin exec and work, "
       "without the driver's own start-up); *wall* is the whole `cnidriver` process.")
     w("- roce-ipvlan: the binary the image ships (deploy/Containerfile), built by `make static`: "
-      "`cargo build --release --target x86_64-unknown-linux-musl` with `-C target-feature=+crt-static` "
-      "(static-pie musl; LTO, `opt-level = \"z\"`, stripped), "
+      f"`cargo build --release --target {S['plugin_target']}` with `-C target-feature=+crt-static` "
+      f"(static, {'musl' if S['plugin_target'].endswith('musl') else 'glibc' if S['plugin_target'].endswith('gnu') else 'libc unknown'}; "
+      "LTO, `opt-level = \"z\"`, stripped), "
       f"sha256 `{S['plugin_sha256'][:16]}…`{(' (' + S['plugin_note'] + ')') if S['plugin_note'] else ''}; "
       "cniVersion 1.0.0, host-local IPAM, default sysctls. Chain: Debian's containernetworking-plugins "
       "1.1.1 (`/usr/lib/cni`), one conflist ipvlan (L2, host-local) + tuning (the plugin's default "
@@ -515,7 +519,7 @@ def render_profile(S, w):
       "ipvlan DEL pays too.")
     w(f"- **Memory.** Mid-ADD (read by the stub IPAM from `/proc/<plugin>/smaps_rollup`), roce-ipvlan "
       f"holds {f0(m['roce-ipvlan']['rss_kib'])} KiB: {f0(m['roce-ipvlan']['file_kib'])} KiB file-backed "
-      f"(its code pages, musl linked in, mapped by the kernel's fault-around; shared page cache) and "
+      f"(its code pages, the static libc included, mapped by the kernel's fault-around; shared page cache) and "
       f"{f0(m['roce-ipvlan']['anon_kib'])} KiB anonymous. ipvlan holds {f0(m['ipvlan']['rss_kib'])} KiB: "
       f"{f0(m['ipvlan']['file_kib'])} KiB file-backed and {f0(m['ipvlan']['anon_kib'])} KiB anonymous "
       "(Go heap and stacks). So roce-ipvlan's peak RSS is mostly code (a static libc maps less than "

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make bench: roce-ipvlan against the ipvlan + tuning + sbr chain, in one VM boot with 16 rails.
 # Builds the binary users get (`make static`: the static release build that deploy/Containerfile's
-# image ships, target/<arch>-unknown-linux-musl/release/roce-ipvlan), boots the VM harness
+# image ships, target/<arch>-unknown-linux-musl/release/roce-ipvlan, `make static-bin`), boots the VM harness
 # (tests/vm/run.sh) with bench/guest.py, keeps the raw numbers in docs/bench/ and regenerates
 # docs/benchmarks.md (bench/report.py).
 #
@@ -24,9 +24,14 @@ start=$(date +%s)
 bin=${BENCH_BIN:-}
 if [[ -z $bin ]]; then
 	# The Makefile's static target checks that the binary has no interpreter; the path is its
-	# STATIC_BIN for this host's architecture (the image's default).
+	# STATIC_BIN for this host's architecture (the image's default), and the libc it chose
+	# (STATIC_LIBC) is kept for the build.
+	rel=$(${MAKE:-make} -s --no-print-directory -C "$repo" static-bin)
+	STATIC_LIBC=${rel#*-unknown-linux-}
+	STATIC_LIBC=${STATIC_LIBC%%/*}
+	export STATIC_LIBC
 	${MAKE:-make} -C "$repo" static
-	bin=$repo/target/$(uname -m)-unknown-linux-musl/release/roce-ipvlan
+	bin=$repo/$rel
 fi
 
 # The "before" row of the IPv6 section: the static build of an earlier commit as it shipped then
