@@ -510,7 +510,14 @@ def render_profile(S, w):
       "per IPAM call, ADD and DEL), a SLAAC ADD enters the pod once for its address subscription "
       "and its router solicitation's socket (twice before, the second at the end of link-local "
       "DAD), the threads share one malloc arena, a sysfs attribute is one read, and the runtime "
-      "is not shut down before the exit. The figures above are after these changes.")
+      "is not shut down before the exit. Then: the shipped build links musl instead of glibc (a "
+      "shorter start), a link lookup by name is one RTM_GETLINK on a plain socket read for the few "
+      "attributes the plugin uses (decoding the whole reply with netlink-packet-route was most of a "
+      "~20 ms rail lookup), DEL's pod side (lookups, one rule dump for both families, the deletes) "
+      "runs on that socket without a runtime, the GID wait reads slots by number instead of listing "
+      "the table on every poll, and the software-device hint stops at the first match. The *before* "
+      "column of the phase table is the binary before issue #18; the figures above are after these "
+      "changes.")
     w(f"- **The GID wait** ({f0(ph.get('wait for the RoCE v2 GID'))} ms) is work the chain does not do: "
       "ADD returns only when the pod can see its RoCE v2 GID. The kernel adds the GID from a work item "
       "after the address, so the first read usually misses.")
