@@ -202,18 +202,20 @@ fn dispatch(env: &Env, stdin: &[u8]) -> Result<Option<Value>> {
     for field in &ignored {
         tracing::warn!(field = %field, "ignored a field of the configuration");
     }
-    if env.command == Command::Del {
-        // DEL's netlink requests are answered within the send (ipvlan::remove): no runtime.
-        return del::del(env, &conf).map(|()| None);
+    // ADD's and DEL's netlink requests go over plain sockets, answered within the send: no
+    // runtime (ADD builds one for a SLAAC rail's address events).
+    match env.command {
+        Command::Add => return add::add(env, &conf).map(Some),
+        Command::Del => return del::del(env, &conf).map(|()| None),
+        _ => {}
     }
     let runtime = netlink::runtime()?;
     let outcome = runtime.block_on(async {
         match env.command {
-            Command::Add => add::add(env, &conf).await.map(Some),
             Command::Check => check::check(env, &conf).await.map(|()| None),
             Command::Status => status::status(env, &conf).await.map(|()| None),
             Command::Gc => gc::gc(env, &conf).await.map(|()| None),
-            Command::Del | Command::Version => unreachable!("handled above"),
+            Command::Add | Command::Del | Command::Version => unreachable!("handled above"),
         }
     });
     // The command has finished (or undone) its work, and the process exits after printing:

@@ -403,20 +403,25 @@ pub struct Slaac<'a> {
     conf: &'a SlaacConf,
     events: AddrEvents,
     socket: RsSocket,
+    /// The pod's rtnetlink socket, for the address and route dumps of the wait.
+    pod: Netlink,
 }
 
 /// Subscribes to the pod's address events when the rail uses SLAAC (`None` when it does not).
-/// ADD calls it before the child's link comes up.
+/// ADD calls it before the child's link comes up, inside the runtime that will drive the wait
+/// (`Runtime::enter`).
 pub fn subscribe<'a>(netns: &'a Netns, conf: &'a NetConf) -> Result<Option<Slaac<'a>>> {
     let Some(slaac) = &conf.slaac else {
         return Ok(None);
     };
-    // One thread into the pod opens both sockets (see RsSocket).
-    let (events, socket) = AddrEvents::subscribe_with(netns, RsSocket::open)?;
+    // One thread into the pod opens all three sockets (see RsSocket).
+    let (events, (socket, pod)) =
+        AddrEvents::subscribe_with(netns, || (RsSocket::open(), Netlink::current()))?;
     Ok(Some(Slaac {
         conf: slaac,
         events,
         socket: socket?,
+        pod: pod?,
     }))
 }
 
@@ -432,7 +437,6 @@ pub struct Configured {
 /// "the" address; a failed ADD drops the result, so this may come before the routes are in).
 pub async fn configure(
     mut slaac: Slaac<'_>,
-    pod: &Netlink,
     child: &Link,
     rail: &str,
     conf: &NetConf,
@@ -448,7 +452,7 @@ pub async fn configure(
     let solicit = |src| solicit_router(socket, child.index, &child.mac, src);
     let found = wait(
         &mut slaac.events,
-        pod,
+        &slaac.pod,
         child.index,
         rail,
         &slaac_conf,

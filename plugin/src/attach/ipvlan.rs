@@ -4,7 +4,7 @@
 use netlink_packet_route::link::InfoKind;
 
 use crate::attach::routing;
-use crate::kernel::netlink::{Link, Netlink, RouteSocket};
+use crate::kernel::netlink::{Link, RouteSocket};
 use crate::kernel::netns::Netns;
 use crate::protocol::cni::Env;
 use crate::protocol::error::{Error, Result};
@@ -16,37 +16,33 @@ use crate::protocol::error::{Error, Result};
 /// has a link of that name (though the pod does not). Then the child is created under a
 /// temporary name and renamed in the pod, as the reference plugins always do; the rename costs
 /// an RCU grace period in the kernel (`dev_change_name`), which is why it is not the first try.
-pub(crate) async fn create(
+pub(crate) fn create(
     env: &Env,
-    host: &Netlink,
-    pod: &Netlink,
+    host: &RouteSocket,
+    pod: &RouteSocket,
     netns: &Netns,
     master: &Link,
     mtu: Option<u32>,
 ) -> Result<Link> {
-    let name = match host
-        .create_ipvlan_l2(&env.ifname, master.index, mtu, netns)
-        .await
-    {
+    let name = match host.create_ipvlan_l2(&env.ifname, master.index, mtu, netns) {
         Ok(()) => env.ifname.clone(),
         Err(e) if e.netlink_errno() == Some(libc::EEXIST) => {
             let temp = temp_name(env);
             tracing::debug!(ifname = %env.ifname, %temp, "the host has a link of that name; creating under a temporary one");
-            host.create_ipvlan_l2(&temp, master.index, mtu, netns)
-                .await?;
+            host.create_ipvlan_l2(&temp, master.index, mtu, netns)?;
             temp
         }
         Err(e) => return Err(e),
     };
-    let child = pod.link_by_name(&name).await?.ok_or_else(|| {
+    let child = pod.link_by_name(&name)?.ok_or_else(|| {
         Error::io(
             format!("IPvlan child {name} vanished from the pod right after it was created"),
             std::io::Error::from(std::io::ErrorKind::NotFound),
         )
     })?;
     if name != env.ifname {
-        if let Err(e) = pod.rename(child.index, &env.ifname).await {
-            if let Err(undo) = pod.delete_link(child.index).await {
+        if let Err(e) = pod.rename(child.index, &env.ifname) {
+            if let Err(undo) = pod.delete_link(child.index) {
                 tracing::error!(link = %name, error = %undo, "could not remove the child after its rename failed");
             }
             return Err(e);
@@ -79,8 +75,7 @@ fn fnv1a32(bytes: impl Iterator<Item = u8>) -> u32 {
 }
 
 /// Removes the child CNI_IFNAME from the pod with its source rules (DEL), and a child still
-/// under its temporary name. A link of another kind under that name is left alone. On a plain
-/// socket ([`RouteSocket`]): DEL needs no runtime.
+/// under its temporary name. A link of another kind under that name is left alone.
 pub(crate) fn remove(env: &Env, netns: &Netns) -> Result<()> {
     let pod = RouteSocket::open_in(netns)?;
     // A child still under its temporary name: an ADD that had to use one (see `create`) was

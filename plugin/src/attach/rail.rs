@@ -42,7 +42,7 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 
-use crate::kernel::netlink::{Link, Netlink};
+use crate::kernel::netlink::{Link, RouteSocket};
 use crate::kernel::rdma::{self, RdmaPort, Sysfs};
 use crate::protocol::error::{Error, Result};
 
@@ -463,13 +463,13 @@ fn cni_args(args: Option<&Value>) -> Result<(Option<String>, Option<String>)> {
 /// The rail of `inputs` on this node: chosen by [`resolve`], then its netdev found in the host
 /// network namespace. ADD, CHECK and STATUS all look their rail up here; a missing netdev is
 /// reported through `missing`, so that each gives its own code (ADD 100, CHECK 107, STATUS 50).
-pub(crate) async fn find(
+pub(crate) fn find(
     inputs: &Inputs,
-    host: &Netlink,
+    host: &RouteSocket,
     missing: fn(String) -> Error,
 ) -> Result<(Rail, Link)> {
     let rail = resolve(inputs, &System::default())?;
-    let Some(master) = host.link_by_name(&rail.netdev).await? else {
+    let Some(master) = host.link_by_name(&rail.netdev)? else {
         return Err(missing(format!(
             "rail {:?} ({}) does not exist on this node: expected a netdev of that name in the \
              host network namespace; check the rail names with `ip link` and the NAD",

@@ -15,7 +15,7 @@ use crate::attach::rail;
 use crate::attach::routing::{self, RULE_PRIORITY};
 use crate::attach::undo::UndoStack;
 use crate::kernel::lock;
-use crate::kernel::netlink::{Link, Netlink};
+use crate::kernel::netlink::{self, Link, RouteSocket};
 use crate::kernel::netns::Netns;
 use crate::kernel::rdma::{self, GidType, RdmaPort, Sysfs, WaitError};
 use crate::kernel::sysctl;
@@ -80,29 +80,36 @@ struct Ready<'a> {
     env: &'a Env,
     conf: &'a NetConf,
     netns: Netns,
-    host: Netlink,
-    pod: Netlink,
+    host: RouteSocket,
+    pod: RouteSocket,
     master: Link,
     port: RdmaPort,
     ipam: Option<Ipam<'a>>,
     budget: Budget,
 }
 
-pub async fn add(env: &Env, conf: &NetConf) -> Result<Value> {
+/// ADD. Its netlink requests go over plain sockets ([`RouteSocket`]), answered within the
+/// send; only a SLAAC rail builds an async runtime, for the address events it waits on.
+pub fn add(env: &Env, conf: &NetConf) -> Result<Value> {
     let budget = Budget::start(conf.timeouts.total);
-    let ready = validate(env, conf, budget).await?;
+    let ready = validate(env, conf, budget)?;
     tracing::debug!(rdma = %ready.port, "validated");
     // Held until the ADD has finished or undone everything (lock.rs).
     let _attachment = lock::acquire(
         &lock::Key::attachment(&env.container_id, &env.ifname),
         budget.remaining_at(std::time::Instant::now()),
     )?;
+    let runtime = conf.slaac.is_some().then(netlink::runtime).transpose()?;
     let mut undo = UndoStack::default();
-    match build(&ready, &mut undo).await {
+    let built = build(&ready, runtime.as_ref(), &mut undo);
+    // The process exits after printing: shutting the runtime down (its connection tasks, their
+    // sockets, the reactor) would only be work the exit does anyway.
+    std::mem::forget(runtime);
+    match built {
         Ok(doc) => Ok(doc),
         Err(err) => {
             tracing::warn!(error = %err, steps = undo.len(), "ADD failed; undoing");
-            let failed_undo = rollback(&ready, undo).await;
+            let failed_undo = rollback(&ready, undo);
             if failed_undo.is_empty() {
                 Err(err)
             } else {
@@ -115,7 +122,7 @@ pub async fn add(env: &Env, conf: &NetConf) -> Result<Value> {
     }
 }
 
-async fn validate<'a>(env: &'a Env, conf: &'a NetConf, budget: Budget) -> Result<Ready<'a>> {
+fn validate<'a>(env: &'a Env, conf: &'a NetConf, budget: Budget) -> Result<Ready<'a>> {
     refuse_prev_result(conf)?;
     let netns_path = env
         .netns
@@ -123,8 +130,8 @@ async fn validate<'a>(env: &'a Env, conf: &'a NetConf, budget: Budget) -> Result
         .expect("Env::parse requires CNI_NETNS for ADD");
     let netns = Netns::open(netns_path)?;
     netns.refuse_own()?;
-    let host = Netlink::current()?;
-    let (rail, master) = rail::find(&conf.rail, &host, Error::Rail).await?;
+    let host = RouteSocket::current()?;
+    let (rail, master) = rail::find(&conf.rail, &host, Error::Rail)?;
     if !master.admin_up {
         return Err(Error::Rail(format!(
             "rail {} is down: expected it up before pods attach; bring it up (ip link set {} up) \
@@ -143,8 +150,8 @@ async fn validate<'a>(env: &'a Env, conf: &'a NetConf, budget: Budget) -> Result
     }
     let port = rail::rdma_port(&rail, conf.rdma.port, &master)?;
     require_shared_netns_mode(&port, &master)?;
-    let pod = Netlink::in_netns(&netns)?;
-    if let Some(existing) = pod.link_by_name(&env.ifname).await? {
+    let pod = RouteSocket::open_in(&netns)?;
+    if let Some(existing) = pod.link_by_name(&env.ifname)? {
         return Err(Error::InvalidEnv(format!(
             "the pod already has an interface named {} (#{}): expected CNI_IFNAME to be free; is \
              this a second ADD for the same attachment?",
@@ -221,9 +228,14 @@ fn require_shared_netns_mode(port: &RdmaPort, master: &Link) -> Result<()> {
     }
 }
 
-async fn build(r: &Ready<'_>, undo: &mut UndoStack<Step>) -> Result<Value> {
+/// Builds the attachment; `runtime` is there when the rail uses SLAAC (`add`).
+fn build(
+    r: &Ready<'_>,
+    runtime: Option<&tokio::runtime::Runtime>,
+    undo: &mut UndoStack<Step>,
+) -> Result<Value> {
     let (env, conf, pod) = (r.env, r.conf, &r.pod);
-    let child = ipvlan::create(r.env, &r.host, &r.pod, &r.netns, &r.master, r.conf.mtu).await?;
+    let child = ipvlan::create(r.env, &r.host, &r.pod, &r.netns, &r.master, r.conf.mtu)?;
     undo.push(Step::Link { index: child.index });
     tracing::debug!(index = child.index, "child created");
     failpoint!("after-child");
@@ -263,12 +275,16 @@ async fn build(r: &Ready<'_>, undo: &mut UndoStack<Step>) -> Result<Value> {
     failpoint!("after-sysctls");
 
     for ip in &result.ips {
-        pod.add_address(child.index, ip.address).await?;
+        pod.add_address(child.index, ip.address)?;
     }
     failpoint!("after-addresses");
-    // Subscribed before the link comes up, so that no address event is missed.
-    let slaac = ipv6::subscribe(&r.netns, conf)?;
-    pod.set_up(child.index).await?;
+    // Subscribed before the link comes up, so that no address event is missed; its sockets
+    // register with the runtime's reactor.
+    let slaac = {
+        let _entered = runtime.map(|rt| rt.enter());
+        ipv6::subscribe(&r.netns, conf)?
+    };
+    pod.set_up(child.index)?;
     tracing::debug!("sysctls set, addresses added, child up");
     failpoint!("after-up");
 
@@ -278,7 +294,7 @@ async fn build(r: &Ready<'_>, undo: &mut UndoStack<Step>) -> Result<Value> {
         &result.routes,
         conf.source_routing,
     );
-    install_routes(r, undo, child.index, &plan).await?;
+    install_routes(r, undo, child.index, &plan)?;
     tracing::debug!(
         routes = plan.routes.len(),
         rules = plan.rules.len(),
@@ -288,17 +304,16 @@ async fn build(r: &Ready<'_>, undo: &mut UndoStack<Step>) -> Result<Value> {
 
     let gid_addr = match slaac {
         Some(slaac) => {
-            let done = ipv6::configure(
+            let runtime = runtime.expect("add builds a runtime for a SLAAC rail");
+            let done = runtime.block_on(ipv6::configure(
                 slaac,
-                pod,
                 &child,
                 &r.master.name,
                 conf,
                 r.budget,
                 &mut result,
-            )
-            .await?;
-            install_routes(r, undo, child.index, &done.routes).await?;
+            ))?;
+            install_routes(r, undo, child.index, &done.routes)?;
             done.gid_addr
         }
         None => result
@@ -310,7 +325,7 @@ async fn build(r: &Ready<'_>, undo: &mut UndoStack<Step>) -> Result<Value> {
             .ok_or_else(|| Error::ipam("IPAM returned no address"))?,
     };
 
-    let roce = wait_for_gid(r, gid_addr).await?;
+    let roce = wait_for_gid(r, gid_addr)?;
     tracing::debug!(gid_index = roce.gid_index, "GID visible in the pod");
     failpoint!("after-gid");
     if !r.netns.still_at_path() {
@@ -322,7 +337,7 @@ async fn build(r: &Ready<'_>, undo: &mut UndoStack<Step>) -> Result<Value> {
             r.netns.path().display()
         )));
     }
-    pod.set_alias(child.index, &roce.ifalias()).await?;
+    pod.set_alias(child.index, &roce.ifalias())?;
     failpoint!("after-alias");
     if let (Some(path), Some(pci)) = (&conf.device_info_file, &conf.rail.device_id) {
         if let Some(written) = device_info::write(path, pci, &roce.rdma_device)? {
@@ -346,7 +361,7 @@ async fn build(r: &Ready<'_>, undo: &mut UndoStack<Step>) -> Result<Value> {
 
 /// Waits, reading sysfs from inside the pod's namespace (as the workload will), until the RoCE
 /// v2 GID of the child's address is in the port's table.
-async fn wait_for_gid(r: &Ready<'_>, addr: IpAddr) -> Result<Roce> {
+fn wait_for_gid(r: &Ready<'_>, addr: IpAddr) -> Result<Roce> {
     let gid = rdma::roce_gid(addr);
     let share = r.budget.share(r.conf.rdma.gid_timeout);
     let timeout = share.limit;
@@ -387,7 +402,7 @@ async fn wait_for_gid(r: &Ready<'_>, addr: IpAddr) -> Result<Roce> {
     }
 }
 
-async fn install_routes(
+fn install_routes(
     r: &Ready<'_>,
     undo: &mut UndoStack<Step>,
     dev: u32,
@@ -395,12 +410,11 @@ async fn install_routes(
 ) -> Result<()> {
     for route in &plan.routes {
         r.pod
-            .add_route(route.table, route.dst, route.gw, dev, route.src)
-            .await?;
+            .add_route(route.table, route.dst, route.gw, dev, route.src)?;
     }
     if let Some(table) = plan.table {
         for source in &plan.rules {
-            r.pod.add_rule(*source, table, RULE_PRIORITY).await?;
+            r.pod.add_rule(*source, table, RULE_PRIORITY)?;
             undo.push(Step::Rule {
                 source: *source,
                 table,
@@ -422,12 +436,11 @@ fn pod_lock(r: &Ready<'_>) -> Result<lock::Held> {
 /// another IPvlan child in the pod (a concurrent ADD that found the value already there, or an
 /// attachment made before), or a change since. Under the pod lock, so that no other ADD's
 /// sysctl step runs in between (lock.rs).
-async fn restore_pod_wide(r: &Ready<'_>, saved: &sysctl::Saved, child: u32) -> Result<()> {
+fn restore_pod_wide(r: &Ready<'_>, saved: &sysctl::Saved, child: u32) -> Result<()> {
     let _pod = pod_lock(r)?;
     let others: Vec<String> = r
         .pod
-        .links()
-        .await?
+        .links()?
         .into_iter()
         .filter(|l| l.index != child && l.kind == Some(InfoKind::IpVlan))
         .map(|l| l.name)
@@ -445,10 +458,10 @@ async fn restore_pod_wide(r: &Ready<'_>, saved: &sysctl::Saved, child: u32) -> R
 
 /// Takes back every step, newest first, going on past a step that fails; returns those that
 /// failed.
-async fn rollback(r: &Ready<'_>, undo: UndoStack<Step>) -> Vec<FailedUndo> {
+fn rollback(r: &Ready<'_>, undo: UndoStack<Step>) -> Vec<FailedUndo> {
     let mut failed = Vec::new();
     for step in undo.unwind() {
-        let outcome = undo_step(r, &step).await;
+        let outcome = undo_step(r, &step);
         if let Err(e) = outcome {
             tracing::error!(?step, error = %e, "could not undo a step of the failed ADD");
             failed.push(FailedUndo {
@@ -461,25 +474,16 @@ async fn rollback(r: &Ready<'_>, undo: UndoStack<Step>) -> Vec<FailedUndo> {
 }
 
 /// Takes back one step of a failed ADD.
-async fn undo_step(r: &Ready<'_>, step: &Step) -> Result<()> {
+fn undo_step(r: &Ready<'_>, step: &Step) -> Result<()> {
     failpoint!(step.undo_failpoint());
     match step {
         Step::DeviceInfo(written) => written.undo(),
-        Step::Rule { source, table } => delete_rule(&r.pod, *source, *table).await,
-        Step::Sysctl { saved, child } => restore_pod_wide(r, saved, *child).await,
+        Step::Rule { source, table } => r.pod.delete_rules_from(*source, *table),
+        Step::Sysctl { saved, child } => restore_pod_wide(r, saved, *child),
         Step::Ipam => match &r.ipam {
             Some(ipam) => ipam.del(None),
             None => Ok(()),
         },
-        Step::Link { index } => r.pod.delete_link(*index).await,
+        Step::Link { index } => r.pod.delete_link(*index),
     }
-}
-
-async fn delete_rule(pod: &Netlink, source: IpAddr, table: u32) -> Result<()> {
-    for rule in pod.rules(source.is_ipv6()).await? {
-        if rule.table == table && rule.source == Some(source) {
-            pod.delete_rule(&rule).await?;
-        }
-    }
-    Ok(())
 }

@@ -6,7 +6,7 @@ use crate::attach::ipam::Ipam;
 use crate::attach::ipv6;
 use crate::attach::rail;
 use crate::attach::routing;
-use crate::kernel::netlink::Netlink;
+use crate::kernel::netlink::{Netlink, RouteSocket};
 use crate::kernel::netns::Netns;
 use crate::kernel::rdma::{GidType, Sysfs};
 use crate::kernel::sysctl;
@@ -36,8 +36,8 @@ pub async fn check(env: &Env, conf: &NetConf) -> Result<()> {
         )))
     };
 
-    let host = Netlink::current()?;
-    let (_, master) = rail::find(&conf.rail, &host, Error::CheckFailed).await?;
+    let host = RouteSocket::current()?;
+    let (_, master) = rail::find(&conf.rail, &host, Error::CheckFailed)?;
     let pod = Netlink::in_netns(&netns)?;
     let Some(child) = pod.link_by_name(&env.ifname).await? else {
         return differs("expected an IPvlan child, found no such interface".into());

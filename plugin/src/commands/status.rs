@@ -20,7 +20,7 @@
 
 use crate::attach::ipam::{Delegated, Ipam};
 use crate::attach::rail;
-use crate::kernel::netlink::Netlink;
+use crate::kernel::netlink::RouteSocket;
 use crate::kernel::rdma::{self, Sysfs};
 use crate::protocol::cni::{self, Env};
 use crate::protocol::config::NetConf;
@@ -50,10 +50,9 @@ pub async fn status(env: &Env, conf: &NetConf) -> Result<()> {
 }
 
 async fn rail_ready(conf: &NetConf) -> Result<()> {
-    let host = Netlink::current()?;
-    let (rail, master) = rail::find(&conf.rail, &host, Error::Unavailable)
-        .await
-        .map_err(|e| match e {
+    let host = RouteSocket::current()?;
+    let (rail, master) =
+        rail::find(&conf.rail, &host, Error::Unavailable).map_err(|e| match e {
             // A configuration refused here would be refused by ADD as well: not available.
             e @ (Error::InvalidConfig(_) | Error::Rail(_) | Error::NoRdmaPort(_)) => {
                 Error::Unavailable(e.to_string())

@@ -1,8 +1,12 @@
-//! A thin wrapper over rtnetlink with the plain verbs the plugin needs.
+//! Route netlink, two ways. [`RouteSocket`]: a plain, blocking socket for the requests the
+//! kernel answers within the send, encoded and read by hand for what the plugin uses: every
+//! change ADD and DEL make (links, addresses, routes, rules) and the link lookups. `Netlink`:
+//! rtnetlink, for the dumps CHECK, GC, STATUS, the SLAAC wait and the tools read, and the IPv6
+//! address events (under the one current-thread runtime, `block_on`).
 //!
-//! A `Netlink` is bound to one network namespace: the one its socket was created in. For the
-//! pod's namespace the socket is created on a short-lived thread inside it (netns.rs) and then
-//! driven by the runtime on the main thread, which never changes namespace.
+//! Either is bound to one network namespace: the one its socket was created in. For the pod's
+//! namespace the socket is created on a short-lived thread inside it (netns.rs) and then used
+//! from the main thread, which never changes namespace.
 
 use std::net::IpAddr;
 
@@ -12,10 +16,9 @@ use netlink_packet_route::address::{AddressAttribute, AddressFlags, AddressMessa
 use netlink_packet_route::link::{
     InfoData, InfoIpVlan, InfoKind, IpVlanMode, LinkAttribute, LinkFlags, LinkInfo, LinkMessage,
 };
-use netlink_packet_route::route::{RouteScope, RouteType};
-use netlink_packet_route::rule::{RuleAction, RuleAttribute, RuleMessage};
+use netlink_packet_route::rule::{RuleAttribute, RuleMessage};
 use netlink_packet_route::AddressFamily;
-use rtnetlink::{Handle, IpVersion, LinkIpVlan, LinkUnspec, RouteMessageBuilder};
+use rtnetlink::{Handle, IpVersion, RouteMessageBuilder};
 
 use crate::kernel::netns::Netns;
 use crate::protocol::error::{Error, Result};
@@ -194,7 +197,6 @@ fn address_flags(m: &AddressMessage) -> AddressFlags {
 pub struct Rule {
     pub source: Option<IpAddr>,
     pub table: u32,
-    message: RuleMessage,
 }
 
 impl Netlink {
@@ -244,82 +246,6 @@ impl Netlink {
             .try_collect()
             .await
             .map_err(|e| Error::netlink("cannot list links", e))
-    }
-
-    /// Creates an IPvlan L2 child of `master` (a link of this socket's namespace) directly in
-    /// `target`, so it never appears in the host namespace.
-    pub async fn create_ipvlan_l2(
-        &self,
-        name: &str,
-        master: u32,
-        mtu: Option<u32>,
-        target: &Netns,
-    ) -> Result<()> {
-        use std::os::fd::AsRawFd;
-        let mut builder =
-            LinkIpVlan::new(name, master, IpVlanMode::L2).setns_by_fd(target.fd().as_raw_fd());
-        if let Some(mtu) = mtu {
-            builder = builder.mtu(mtu);
-        }
-        self.handle
-            .link()
-            .add(builder.build())
-            .execute()
-            .await
-            .map_err(|e| {
-                Error::netlink(
-                    format!("cannot create IPvlan L2 child {name} of link #{master}"),
-                    e,
-                )
-            })
-    }
-
-    pub async fn rename(&self, index: u32, name: &str) -> Result<()> {
-        let msg = LinkUnspec::new_with_index(index).name(name).build();
-        self.set_link(msg, || format!("cannot rename link #{index} to {name}"))
-            .await
-    }
-
-    pub async fn set_up(&self, index: u32) -> Result<()> {
-        let msg = LinkUnspec::new_with_index(index).up().build();
-        self.set_link(msg, || format!("cannot bring link #{index} up"))
-            .await
-    }
-
-    pub async fn set_alias(&self, index: u32, alias: &str) -> Result<()> {
-        let msg = LinkUnspec::new_with_index(index)
-            .append_extra_attribute(LinkAttribute::IfAlias(alias.to_string()))
-            .build();
-        self.set_link(msg, || format!("cannot set the alias of link #{index}"))
-            .await
-    }
-
-    async fn set_link(&self, msg: LinkMessage, what: impl FnOnce() -> String) -> Result<()> {
-        self.handle
-            .link()
-            .set(msg)
-            .execute()
-            .await
-            .map_err(|e| Error::netlink(what(), e))
-    }
-
-    /// Deletes a link; a link that is already gone is not an error.
-    pub async fn delete_link(&self, index: u32) -> Result<()> {
-        match self.handle.link().del(index).execute().await {
-            Err(e) if !is_errno(&e, libc::ENODEV) => {
-                Err(Error::netlink(format!("cannot delete link #{index}"), e))
-            }
-            _ => Ok(()),
-        }
-    }
-
-    pub async fn add_address(&self, index: u32, addr: IpNetwork) -> Result<()> {
-        self.handle
-            .address()
-            .add(index, addr.ip(), addr.prefix())
-            .execute()
-            .await
-            .map_err(|e| Error::netlink(format!("cannot add address {addr} to link #{index}"), e))
     }
 
     pub async fn addresses(&self, index: u32) -> Result<Vec<IpNetwork>> {
@@ -391,40 +317,6 @@ impl Netlink {
         }))
     }
 
-    /// Adds a route through link `dev` into `table`: via `gw` if given, else on-link.
-    pub async fn add_route(
-        &self,
-        table: u32,
-        dst: IpNetwork,
-        gw: Option<IpAddr>,
-        dev: u32,
-        src: Option<IpAddr>,
-    ) -> Result<()> {
-        let what = || format!("cannot add route {dst} via {gw:?} dev #{dev} table {table}");
-        let mut b = RouteMessageBuilder::<IpAddr>::new()
-            .destination_prefix(dst.network(), dst.prefix())
-            .map_err(|e| invalid_route(dst, gw, e))?
-            .output_interface(dev)
-            .table_id(table)
-            .kind(RouteType::Unicast);
-        b = match gw {
-            Some(g) => b
-                .gateway(g)
-                .map_err(|e| invalid_route(dst, gw, e))?
-                .scope(RouteScope::Universe),
-            None => b.scope(RouteScope::Link),
-        };
-        if let Some(src) = src {
-            b = b.pref_source(src).map_err(|e| invalid_route(dst, gw, e))?;
-        }
-        self.handle
-            .route()
-            .add(b.build())
-            .execute()
-            .await
-            .map_err(|e| Error::netlink(what(), e))
-    }
-
     /// The destinations of the routes of `family` in `table` (`0.0.0.0/0` or `::/0` for a
     /// default route).
     pub async fn table_destinations(&self, table: u32, v6: bool) -> Result<Vec<IpNetwork>> {
@@ -469,21 +361,6 @@ impl Netlink {
             .map_err(|e| Error::netlink("cannot list routes", e))
     }
 
-    pub async fn add_rule(&self, source: IpAddr, table: u32, priority: u32) -> Result<()> {
-        let req = self
-            .handle
-            .rule()
-            .add()
-            .table_id(table)
-            .priority(priority)
-            .action(RuleAction::ToTable);
-        let res = match source {
-            IpAddr::V4(a) => req.v4().source_prefix(a, 32).execute().await,
-            IpAddr::V6(a) => req.v6().source_prefix(a, 128).execute().await,
-        };
-        res.map_err(|e| Error::netlink(format!("cannot add rule from {source} lookup {table}"), e))
-    }
-
     pub async fn rules(&self, v6: bool) -> Result<Vec<Rule>> {
         let version = if v6 { IpVersion::V6 } else { IpVersion::V4 };
         let msgs: Vec<RuleMessage> = self
@@ -496,36 +373,14 @@ impl Netlink {
             .map_err(|e| Error::netlink("cannot list policy rules", e))?;
         Ok(msgs.into_iter().map(parse_rule).collect())
     }
-
-    /// Deletes a rule; one already gone is not an error.
-    pub async fn delete_rule(&self, rule: &Rule) -> Result<()> {
-        match self.handle.rule().del(rule.message.clone()).execute().await {
-            Err(e) if !is_errno(&e, libc::ENOENT) => Err(Error::netlink(
-                format!(
-                    "cannot delete rule from {:?} lookup {}",
-                    rule.source, rule.table
-                ),
-                e,
-            )),
-            _ => Ok(()),
-        }
-    }
 }
 
-fn invalid_route(dst: IpNetwork, gw: Option<IpAddr>, e: impl std::fmt::Debug) -> Error {
-    Error::InvalidConfig(format!("route {dst} via {gw:?} is not valid: {e:?}"))
-}
-
-fn is_errno(e: &rtnetlink::Error, errno: i32) -> bool {
-    crate::protocol::error::netlink_errno(e) == Some(errno)
-}
-
-/// A plain, blocking NETLINK_ROUTE socket for requests the kernel answers within the send: a
-/// link by name (what every ADD, CHECK and DEL starts with), and DEL's rules and link. Replies
-/// are read for the few attributes the plugin uses instead of being decoded whole by
-/// netlink-packet-route (every attribute, the nested per-family ones included), which was
-/// most of what such a request cost a short-lived process; DEL needs neither the runtime nor
-/// rtnetlink at all.
+/// A plain, blocking NETLINK_ROUTE socket for requests the kernel answers within the send:
+/// a link by name (what every ADD, CHECK and DEL starts with) and every change ADD and DEL
+/// make. Requests are encoded as `ip` encodes them; replies are read for the few attributes
+/// the plugin uses instead of being decoded whole by netlink-packet-route (every attribute,
+/// the nested per-family ones included), which was most of what such a request cost a
+/// short-lived process. ADD on an IPv4 rail and DEL need neither a runtime nor rtnetlink.
 pub struct RouteSocket {
     socket: netlink_sys::Socket,
     seq: std::sync::atomic::AtomicU32,
@@ -564,6 +419,9 @@ impl LookupError {
 const RTM_NEWLINK: u16 = 16;
 const RTM_DELLINK: u16 = 17;
 const RTM_GETLINK: u16 = 18;
+const RTM_SETLINK: u16 = 19;
+const RTM_NEWADDR: u16 = 20;
+const RTM_NEWROUTE: u16 = 24;
 const RTM_NEWRULE: u16 = 32;
 const RTM_DELRULE: u16 = 33;
 const RTM_GETRULE: u16 = 34;
@@ -575,7 +433,25 @@ const NLMSG_HDRLEN: usize = 16;
 const IFINFOMSG_LEN: usize = 16;
 /// struct fib_rule_hdr: family, dst_len, src_len, tos, table, res1, res2, action, flags.
 const FIB_RULE_HDR_LEN: usize = 12;
+/// NLM_F_CREATE | NLM_F_EXCL: a create request that fails with EEXIST on a duplicate.
+const CREATE_NEW: u16 = netlink_packet_core::NLM_F_CREATE | netlink_packet_core::NLM_F_EXCL;
 const FRA_SRC: u16 = 2;
+const FRA_PRIORITY: u16 = 6;
+const FR_ACT_TO_TBL: u8 = 1;
+const IFA_ADDRESS: u16 = 1;
+const IFA_LOCAL: u16 = 2;
+const IFA_BROADCAST: u16 = 4;
+const RTA_DST: u16 = 1;
+const RTA_OIF: u16 = 4;
+const RTA_GATEWAY: u16 = 5;
+const RTA_PREFSRC: u16 = 7;
+const RTA_TABLE: u16 = 15;
+const RTPROT_STATIC: u8 = 4;
+const RT_SCOPE_UNIVERSE: u8 = 0;
+const RT_SCOPE_LINK: u8 = 253;
+const RTN_UNICAST: u8 = 1;
+const IFLA_NET_NS_FD: u16 = 28;
+const IPVLAN_MODE_L2: u16 = 0;
 const FRA_TABLE: u16 = 15;
 const IFLA_ADDRESS: u16 = 1;
 const IFLA_IFNAME: u16 = 3;
@@ -604,6 +480,11 @@ impl RouteSocket {
         })
     }
 
+    /// A socket in the calling thread's namespace.
+    pub fn current() -> Result<RouteSocket> {
+        RouteSocket::open().map_err(|e| Error::io("cannot open a netlink socket", e))
+    }
+
     /// A socket in `ns`, opened on a thread inside it (netns.rs).
     pub fn open_in(ns: &Netns) -> Result<RouteSocket> {
         ns.run(RouteSocket::open)?.map_err(|e| {
@@ -626,6 +507,181 @@ impl RouteSocket {
             Err(LookupError::Kernel(errno)) if errno == libc::ENODEV => Ok(None),
             Err(e) => Err(e.into_error(format!("cannot look up link {name}"))),
         }
+    }
+
+    /// Every link of this socket's namespace (one RTM_GETLINK dump, without counters).
+    pub fn links(&self) -> Result<Vec<Link>> {
+        let mut body = vec![0u8; IFINFOMSG_LEN];
+        attr(
+            &mut body,
+            IFLA_EXT_MASK,
+            &RTEXT_FILTER_SKIP_STATS.to_ne_bytes(),
+        );
+        let replies = self
+            .exchange(
+                request(RTM_GETLINK, netlink_packet_core::NLM_F_DUMP, &body),
+                RTM_NEWLINK,
+            )
+            .map_err(|e| e.into_error("cannot list links".into()))?;
+        Ok(replies.iter().filter_map(|p| parse_link_reply(p)).collect())
+    }
+
+    /// Creates an IPvlan L2 child of `master` (a link of this socket's namespace) directly in
+    /// `target` (IFLA_NET_NS_FD), so it never appears in this namespace.
+    pub fn create_ipvlan_l2(
+        &self,
+        name: &str,
+        master: u32,
+        mtu: Option<u32>,
+        target: &Netns,
+    ) -> Result<()> {
+        use std::os::fd::AsRawFd;
+        let mut data = Vec::new();
+        attr(&mut data, IFLA_IPVLAN_MODE, &IPVLAN_MODE_L2.to_ne_bytes());
+        let mut info = Vec::new();
+        attr(&mut info, IFLA_INFO_KIND, b"ipvlan\0");
+        attr(&mut info, IFLA_INFO_DATA, &data);
+        let mut body = vec![0u8; IFINFOMSG_LEN];
+        attr(&mut body, IFLA_IFNAME, &c_string(name));
+        attr(&mut body, IFLA_LINK, &master.to_ne_bytes());
+        if let Some(mtu) = mtu {
+            attr(&mut body, IFLA_MTU, &mtu.to_ne_bytes());
+        }
+        let fd = u32::try_from(target.fd().as_raw_fd()).expect("an open fd is not negative");
+        attr(&mut body, IFLA_NET_NS_FD, &fd.to_ne_bytes());
+        attr(&mut body, IFLA_LINKINFO, &info);
+        self.ack(RTM_NEWLINK, CREATE_NEW, &body).map_err(|e| {
+            e.into_error(format!(
+                "cannot create IPvlan L2 child {name} of link #{master}"
+            ))
+        })
+    }
+
+    pub fn rename(&self, index: u32, name: &str) -> Result<()> {
+        self.set_link(index, 0, &[(IFLA_IFNAME, &c_string(name))])
+            .map_err(|e| e.into_error(format!("cannot rename link #{index} to {name}")))
+    }
+
+    pub fn set_up(&self, index: u32) -> Result<()> {
+        self.set_link(index, IFF_UP, &[])
+            .map_err(|e| e.into_error(format!("cannot bring link #{index} up")))
+    }
+
+    pub fn set_alias(&self, index: u32, alias: &str) -> Result<()> {
+        // Without a NUL, as `ip link set alias` sends it: the kernel stores the bytes given.
+        self.set_link(index, 0, &[(IFLA_IFALIAS, alias.as_bytes())])
+            .map_err(|e| e.into_error(format!("cannot set the alias of link #{index}")))
+    }
+
+    /// RTM_SETLINK on link `index`: sets the flags in `up` (IFF_UP or 0, the only flag changed)
+    /// and the attributes `attrs`.
+    fn set_link(
+        &self,
+        index: u32,
+        up: u32,
+        attrs: &[(u16, &[u8])],
+    ) -> std::result::Result<(), LookupError> {
+        let mut body = vec![0u8; IFINFOMSG_LEN];
+        body[4..8].copy_from_slice(&index.to_ne_bytes());
+        body[8..12].copy_from_slice(&up.to_ne_bytes());
+        body[12..16].copy_from_slice(&up.to_ne_bytes());
+        for (kind, value) in attrs {
+            attr(&mut body, *kind, value);
+        }
+        self.ack(RTM_SETLINK, 0, &body)
+    }
+
+    /// Adds `addr` to link `index`, as rtnetlink and `ip address add` do: IFA_ADDRESS and
+    /// IFA_LOCAL, and for IPv4 below /31 the broadcast address.
+    pub fn add_address(&self, index: u32, addr: IpNetwork) -> Result<()> {
+        let (family, bytes) = family_and_bytes(addr.ip());
+        let mut body = vec![family, addr.prefix(), 0, 0];
+        body.extend_from_slice(&index.to_ne_bytes());
+        attr(&mut body, IFA_ADDRESS, &bytes);
+        attr(&mut body, IFA_LOCAL, &bytes);
+        if let IpNetwork::V4(v4) = addr {
+            if v4.prefix() < 31 {
+                let broadcast = u32::from(v4.ip()) | (u32::MAX >> v4.prefix());
+                attr(&mut body, IFA_BROADCAST, &broadcast.to_be_bytes());
+            }
+        }
+        self.ack(RTM_NEWADDR, CREATE_NEW, &body)
+            .map_err(|e| e.into_error(format!("cannot add address {addr} to link #{index}")))
+    }
+
+    /// Adds a unicast route through link `dev` into `table`: via `gw` if given (scope
+    /// universe), else on-link (scope link); `src` is its preferred source.
+    pub fn add_route(
+        &self,
+        table: u32,
+        dst: IpNetwork,
+        gw: Option<IpAddr>,
+        dev: u32,
+        src: Option<IpAddr>,
+    ) -> Result<()> {
+        let (family, network) = family_and_bytes(dst.network());
+        let same_family = |a: &Option<IpAddr>| a.is_none_or(|a| a.is_ipv6() == dst.is_ipv6());
+        if !same_family(&gw) || !same_family(&src) {
+            return Err(Error::InvalidConfig(format!(
+                "route {dst} via {gw:?} (source {src:?}) is not valid: the gateway and source \
+                 must be of the destination's address family"
+            )));
+        }
+        let scope = if gw.is_some() {
+            RT_SCOPE_UNIVERSE
+        } else {
+            RT_SCOPE_LINK
+        };
+        let mut body = vec![
+            family,
+            dst.prefix(),
+            0,
+            0,
+            header_table(table),
+            RTPROT_STATIC,
+            scope,
+            RTN_UNICAST,
+        ];
+        body.extend_from_slice(&0u32.to_ne_bytes());
+        if dst.prefix() > 0 {
+            attr(&mut body, RTA_DST, &network);
+        }
+        if let Some(gw) = gw {
+            attr(&mut body, RTA_GATEWAY, &family_and_bytes(gw).1);
+        }
+        attr(&mut body, RTA_OIF, &dev.to_ne_bytes());
+        if let Some(src) = src {
+            attr(&mut body, RTA_PREFSRC, &family_and_bytes(src).1);
+        }
+        attr(&mut body, RTA_TABLE, &table.to_ne_bytes());
+        self.ack(RTM_NEWROUTE, CREATE_NEW, &body).map_err(|e| {
+            e.into_error(format!(
+                "cannot add route {dst} via {gw:?} dev #{dev} table {table}"
+            ))
+        })
+    }
+
+    /// Adds the rule "from `source` lookup `table`" at `priority`.
+    pub fn add_rule(&self, source: IpAddr, table: u32, priority: u32) -> Result<()> {
+        let (family, bytes) = family_and_bytes(source);
+        let full = u8::try_from(bytes.len() * 8).expect("an address is 4 or 16 bytes");
+        let mut body = vec![family, 0, full, 0, header_table(table), 0, 0, FR_ACT_TO_TBL];
+        body.extend_from_slice(&0u32.to_ne_bytes());
+        attr(&mut body, FRA_SRC, &bytes);
+        attr(&mut body, FRA_PRIORITY, &priority.to_ne_bytes());
+        attr(&mut body, FRA_TABLE, &table.to_ne_bytes());
+        self.ack(RTM_NEWRULE, CREATE_NEW, &body)
+            .map_err(|e| e.into_error(format!("cannot add rule from {source} lookup {table}")))
+    }
+
+    /// Deletes the rules "from `source` lookup `table`"; none left is not an error.
+    pub fn delete_rules_from(&self, source: IpAddr, table: u32) -> Result<()> {
+        for rule in self.rules_in_table(table)? {
+            if rule.source == Some(source) {
+                self.delete_rule(&rule)?;
+            }
+        }
+        Ok(())
     }
 
     /// The policy rules of every family (one RTM_GETRULE dump with AF_UNSPEC) that look up
@@ -670,6 +726,12 @@ impl RouteSocket {
             Err(e) => Err(e.into_error(format!("cannot delete link #{index}"))),
             Ok(_) => Ok(()),
         }
+    }
+
+    /// Sends a request that the kernel answers with an ACK or an error.
+    fn ack(&self, msg_type: u16, flags: u16, body: &[u8]) -> std::result::Result<(), LookupError> {
+        let request = request(msg_type, netlink_packet_core::NLM_F_ACK | flags, body);
+        self.exchange(request, 0).map(drop)
     }
 
     /// Sends `request` (its sequence number filled in here) and returns the payloads of the
@@ -806,19 +868,39 @@ fn parse_rule_reply(payload: Vec<u8>) -> Option<RawRule> {
     })
 }
 
+/// Appends attribute `kind` with `value` (and its padding) to `buf`.
+fn attr(buf: &mut Vec<u8>, kind: u16, value: &[u8]) {
+    let len = u16::try_from(4 + value.len()).expect("the plugin's attributes are short");
+    buf.extend_from_slice(&len.to_ne_bytes());
+    buf.extend_from_slice(&kind.to_ne_bytes());
+    buf.extend_from_slice(value);
+    buf.resize(buf.len().next_multiple_of(4), 0);
+}
+
+fn c_string(text: &str) -> Vec<u8> {
+    let mut bytes = text.as_bytes().to_vec();
+    bytes.push(0);
+    bytes
+}
+
+/// An address's family (AF_INET or AF_INET6) and bytes, as netlink carries them.
+fn family_and_bytes(addr: IpAddr) -> (u8, Vec<u8>) {
+    match addr {
+        IpAddr::V4(a) => (libc::AF_INET as u8, a.octets().to_vec()),
+        IpAddr::V6(a) => (libc::AF_INET6 as u8, a.octets().to_vec()),
+    }
+}
+
+/// A table as route and rule headers carry it: 8 bits, RT_TABLE_UNSPEC above 255 (as
+/// iproute2 sends it); the 32-bit attribute (RTA_TABLE, FRA_TABLE) always follows.
+fn header_table(table: u32) -> u8 {
+    u8::try_from(table).unwrap_or(0)
+}
+
 /// RTM_GETLINK for `name`: an empty `ifinfomsg`, IFLA_IFNAME and IFLA_EXT_MASK.
 fn getlink_request(name: &str) -> Vec<u8> {
-    fn attr(buf: &mut Vec<u8>, kind: u16, value: &[u8]) {
-        let len = u16::try_from(4 + value.len()).expect("an interface name is short");
-        buf.extend_from_slice(&len.to_ne_bytes());
-        buf.extend_from_slice(&kind.to_ne_bytes());
-        buf.extend_from_slice(value);
-        buf.resize(buf.len().next_multiple_of(4), 0);
-    }
     let mut body = vec![0u8; IFINFOMSG_LEN];
-    let mut ifname = name.as_bytes().to_vec();
-    ifname.push(0);
-    attr(&mut body, IFLA_IFNAME, &ifname);
+    attr(&mut body, IFLA_IFNAME, &c_string(name));
     attr(
         &mut body,
         IFLA_EXT_MASK,
@@ -962,11 +1044,7 @@ fn parse_rule(message: RuleMessage) -> Rule {
             _ => {}
         }
     }
-    Rule {
-        source,
-        table,
-        message,
-    }
+    Rule { source, table }
 }
 
 fn route_table(msg: &netlink_packet_route::route::RouteMessage) -> u32 {
@@ -1224,17 +1302,27 @@ mod tests {
     #[ignore = "privileged: run in the VM by make vm-rust"]
     async fn link_verbs_create_rename_up_alias_delete() {
         let (t, ns) = TestNs::new("nlverbs1");
-        let host = Netlink::current().unwrap();
-        let pod = Netlink::in_netns(&ns).unwrap();
-        let master = host.link_by_name(&rail()).await.unwrap().expect("the rail");
-        assert!(host.link_by_name("nlv-nothing").await.unwrap().is_none());
+        let host = RouteSocket::current().unwrap();
+        let pod = RouteSocket::open_in(&ns).unwrap();
+        // rtnetlink's decoding, to read back what the plain socket wrote.
+        let decoded = Netlink::in_netns(&ns).unwrap();
+        let master = host.link_by_name(&rail()).unwrap().expect("the rail");
+        assert!(host.link_by_name("nlv-nothing").unwrap().is_none());
 
         host.create_ipvlan_l2("nlv0", master.index, Some(1400), &ns)
-            .await
             .unwrap();
         // Created straight in the pod: never in the host.
-        assert!(host.link_by_name("nlv0").await.unwrap().is_none());
-        let child = pod.link_by_name("nlv0").await.unwrap().expect("the child");
+        assert!(host.link_by_name("nlv0").unwrap().is_none());
+        let child = pod.link_by_name("nlv0").unwrap().expect("the child");
+        assert_eq!(
+            decoded
+                .links()
+                .await
+                .unwrap()
+                .iter()
+                .find(|l| l.index == child.index),
+            Some(&child)
+        );
         assert_eq!(child.kind, Some(InfoKind::IpVlan));
         assert_eq!(child.ipvlan_mode, Some(IpVlanMode::L2));
         assert_eq!(child.parent, Some(master.index));
@@ -1248,16 +1336,13 @@ mod tests {
         // A second child of that name in the same pod is refused.
         let err = host
             .create_ipvlan_l2("nlv0", master.index, None, &ns)
-            .await
             .unwrap_err();
         assert_eq!(err.netlink_errno(), Some(libc::EEXIST), "{err}");
 
-        pod.rename(child.index, "nlv1").await.unwrap();
-        pod.set_up(child.index).await.unwrap();
-        pod.set_alias(child.index, "rdma_dev=x port=1")
-            .await
-            .unwrap();
-        let renamed = pod.link_by_name("nlv1").await.unwrap().unwrap();
+        pod.rename(child.index, "nlv1").unwrap();
+        pod.set_up(child.index).unwrap();
+        pod.set_alias(child.index, "rdma_dev=x port=1").unwrap();
+        let renamed = pod.link_by_name("nlv1").unwrap().unwrap();
         assert_eq!(renamed.index, child.index);
         assert!(renamed.admin_up);
         assert_eq!(renamed.alias.as_deref(), Some("rdma_dev=x port=1"));
@@ -1266,42 +1351,39 @@ mod tests {
             shown.contains("UP") && shown.contains("alias rdma_dev=x port=1"),
             "{shown}"
         );
-        let names: Vec<String> = pod
-            .links()
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|l| l.name)
-            .collect();
+        let links = pod.links().unwrap();
+        let names: Vec<&str> = links.iter().map(|l| l.name.as_str()).collect();
         assert_eq!(names, ["lo", "nlv1"]);
+        assert_eq!(links, decoded.links().await.unwrap());
 
-        pod.delete_link(child.index).await.unwrap();
-        assert!(pod.link_by_name("nlv1").await.unwrap().is_none());
+        pod.delete_link(child.index).unwrap();
+        assert!(pod.link_by_name("nlv1").unwrap().is_none());
         assert_eq!(t.ip(&["-o", "link", "show"]).lines().count(), 1, "only lo");
         // Already gone is not an error.
-        pod.delete_link(child.index).await.unwrap();
+        pod.delete_link(child.index).unwrap();
     }
 
     #[tokio::test(flavor = "current_thread")]
     #[ignore = "privileged: run in the VM by make vm-rust"]
     async fn address_route_and_rule_verbs() {
         let (t, ns) = TestNs::new("nlverbs2");
-        let host = Netlink::current().unwrap();
+        let host = RouteSocket::current().unwrap();
+        let plain = RouteSocket::open_in(&ns).unwrap();
+        // rtnetlink's decoding, to read back what the plain socket wrote.
         let pod = Netlink::in_netns(&ns).unwrap();
-        let master = host.link_by_name(&rail()).await.unwrap().expect("the rail");
+        let master = host.link_by_name(&rail()).unwrap().expect("the rail");
         host.create_ipvlan_l2("nlv2", master.index, None, &ns)
-            .await
             .unwrap();
-        let child = pod.link_by_name("nlv2").await.unwrap().unwrap();
+        let child = plain.link_by_name("nlv2").unwrap().unwrap();
 
         let v4: IpNetwork = "10.88.0.5/24".parse().unwrap();
         let v6: IpNetwork = "fd00:88::5/64".parse().unwrap();
         // IPv6 is on by default in a new namespace, so the child takes the address.
-        pod.add_address(child.index, v4).await.unwrap();
-        pod.add_address(child.index, v6).await.unwrap();
-        let err = pod.add_address(child.index, v4).await.unwrap_err();
+        plain.add_address(child.index, v4).unwrap();
+        plain.add_address(child.index, v6).unwrap();
+        let err = plain.add_address(child.index, v4).unwrap_err();
         assert_eq!(err.netlink_errno(), Some(libc::EEXIST), "{err}");
-        pod.set_up(child.index).await.unwrap();
+        plain.set_up(child.index).unwrap();
         let mut addrs = pod.addresses(child.index).await.unwrap();
         addrs.retain(|a| !matches!(a, IpNetwork::V6(n) if n.ip().segments()[0] == 0xfe80));
         assert_eq!(addrs, [v4, v6]);
@@ -1313,28 +1395,47 @@ mod tests {
         );
         assert!(t
             .ip(&["-4", "addr", "show", "nlv2"])
-            .contains("inet 10.88.0.5/24"));
+            .contains("inet 10.88.0.5/24 brd 10.88.0.255 scope global nlv2"));
 
         let table = 10_000 + child.index;
         let gw: IpAddr = "10.88.0.1".parse().unwrap();
-        pod.add_route(
-            table,
-            "10.88.0.0/24".parse().unwrap(),
-            None,
-            child.index,
-            Some(v4.ip()),
-        )
-        .await
-        .unwrap();
-        pod.add_route(
-            table,
-            "0.0.0.0/0".parse().unwrap(),
-            Some(gw),
-            child.index,
-            None,
-        )
-        .await
-        .unwrap();
+        plain
+            .add_route(
+                table,
+                "10.88.0.0/24".parse().unwrap(),
+                None,
+                child.index,
+                Some(v4.ip()),
+            )
+            .unwrap();
+        plain
+            .add_route(
+                table,
+                "0.0.0.0/0".parse().unwrap(),
+                Some(gw),
+                child.index,
+                None,
+            )
+            .unwrap();
+        let v6_route: IpNetwork = "fd00:99::/64".parse().unwrap();
+        plain
+            .add_route(
+                table,
+                v6_route,
+                Some("fe80::1".parse().unwrap()),
+                child.index,
+                None,
+            )
+            .unwrap();
+        assert_eq!(
+            pod.table_destinations(table, true).await.unwrap(),
+            [v6_route]
+        );
+        // A gateway of the other family is refused before anything is sent.
+        let err = plain
+            .add_route(table, v6_route, Some(gw), child.index, None)
+            .unwrap_err();
+        assert!(matches!(err, Error::InvalidConfig(_)), "{err}");
         let mut dsts = pod.table_destinations(table, false).await.unwrap();
         dsts.sort();
         let want: Vec<IpNetwork> = vec![
@@ -1352,8 +1453,10 @@ mod tests {
             "{shown}"
         );
 
-        pod.add_rule(v4.ip(), table, 1000).await.unwrap();
-        pod.add_rule(v6.ip(), table, 1000).await.unwrap();
+        plain.add_rule(v4.ip(), table, 1000).unwrap();
+        plain.add_rule(v6.ip(), table, 1000).unwrap();
+        let err = plain.add_rule(v4.ip(), table, 1000).unwrap_err();
+        assert_eq!(err.netlink_errno(), Some(libc::EEXIST), "{err}");
         let shown = t.ip(&["-4", "rule", "show"]);
         // "lookup N" at the end: a rule whose action is not "to table" prints a trailing type.
         assert!(
@@ -1372,8 +1475,8 @@ mod tests {
                 .collect();
             assert_eq!(ours.len(), 1, "IPv6 {family6}: {ours:?}");
             assert_eq!(ours[0].source, Some(source));
-            pod.delete_rule(&ours[0]).await.unwrap();
-            pod.delete_rule(&ours[0]).await.unwrap(); // already gone
+            plain.delete_rules_from(source, table).unwrap();
+            plain.delete_rules_from(source, table).unwrap(); // already gone
             assert!(pod
                 .rules(family6)
                 .await
@@ -1384,7 +1487,7 @@ mod tests {
         assert!(!t.ip(&["-6", "rule", "show"]).contains(&table.to_string()));
 
         // The table's routes go with the link.
-        pod.delete_link(child.index).await.unwrap();
+        plain.delete_link(child.index).unwrap();
         assert!(pod
             .table_destinations(table, false)
             .await
@@ -1394,22 +1497,16 @@ mod tests {
 
     /// DEL's verbs on the plain socket: the child by name, its rules of both families from one
     /// dump, each deleted by its own message, then the link; read back with `ip`.
-    #[tokio::test(flavor = "current_thread")]
+    #[test]
     #[ignore = "privileged: run in the VM by make vm-rust"]
-    async fn route_socket_finds_and_removes_a_child_with_its_rules() {
+    fn route_socket_finds_and_removes_a_child_with_its_rules() {
         let (t, ns) = TestNs::new("nlverbs3");
-        let host = Netlink::current().unwrap();
-        let pod = Netlink::in_netns(&ns).unwrap();
-        let master = host.link_by_name(&rail()).await.unwrap().expect("the rail");
+        let host = RouteSocket::current().unwrap();
+        let master = host.link_by_name(&rail()).unwrap().expect("the rail");
         host.create_ipvlan_l2("nlv3", master.index, None, &ns)
-            .await
             .unwrap();
         let plain = RouteSocket::open_in(&ns).unwrap();
         let child = plain.link_by_name("nlv3").unwrap().expect("the child");
-        assert_eq!(
-            Some(&child),
-            pod.link_by_name("nlv3").await.unwrap().as_ref()
-        );
         assert_eq!(child.kind, Some(InfoKind::IpVlan));
         assert!(plain.link_by_name("nlv-nothing").unwrap().is_none());
         // A link of the host is not one of the pod's.
@@ -1418,9 +1515,9 @@ mod tests {
         let table = 10_000 + child.index;
         let (v4, v6): (IpAddr, IpAddr) =
             ("10.89.0.5".parse().unwrap(), "fd00:89::5".parse().unwrap());
-        pod.add_rule(v4, table, 1000).await.unwrap();
-        pod.add_rule(v6, table, 1000).await.unwrap();
-        pod.add_rule(v4, table + 1, 1000).await.unwrap();
+        plain.add_rule(v4, table, 1000).unwrap();
+        plain.add_rule(v6, table, 1000).unwrap();
+        plain.add_rule(v4, table + 1, 1000).unwrap();
         let mut ours = plain.rules_in_table(table).unwrap();
         ours.sort_by_key(|r| r.source);
         assert_eq!(
