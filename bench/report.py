@@ -352,8 +352,9 @@ def render(S, rel):
         d = st["roce-ipvlan"] - st["/bin/true"]
         w(f"| start-up (VERSION round trip) within 5 ms of `/bin/true` | median {f0(st['roce-ipvlan'])} ms vs "
           f"{f0(st['/bin/true'])} ms ({d:+.1f} ms) | {target(d <= 5)} |")
-    w(f"| binary ≤ 2 MB stripped | {sz['roce-ipvlan'] / 1e6:.2f} MB ({sz['roce-ipvlan']} bytes; what the "
-      f"operator tools cost, and the split that would meet it: [design.md](design.md#one-binary-or-two)) | {target(sz['roce-ipvlan'] <= 2_000_000)} |")
+    w(f"| binary ≤ 2 MB stripped | {sz['roce-ipvlan'] / 1e6:.2f} MB ({sz['roce-ipvlan']} bytes, the operator "
+      f"tools included; where the size goes and the split that is not needed: "
+      f"[design.md](design.md#one-binary-or-two)) | {target(sz['roce-ipvlan'] <= 2_000_000)} |")
     w(f"| peak RSS ≤ 0.5× the largest Go plugin's | {ru['maxrss_kib']['roce-ipvlan']:.0f} KiB vs {ru['largest_go']} "
       f"{ru['maxrss_kib'][ru['largest_go']]:.0f} KiB = {ru['rss_ratio']:.2f}× | {target(ru['rss_ratio'] <= 0.5)} |\n")
 
@@ -516,7 +517,11 @@ def render_profile(S, w):
       "attributes the plugin uses (decoding the whole reply with netlink-packet-route was most of a "
       "~20 ms rail lookup), DEL's pod side (lookups, one rule dump for both families, the deletes) "
       "runs on that socket without a runtime, the GID wait reads slots by number instead of listing "
-      "the table on every poll, and the software-device hint stops at the first match. The *before* "
+      "the table on every poll, and the software-device hint stops at the first match. Last, every "
+      "route-netlink request of every command (ADD's child, addresses, routes, rules and ifalias; "
+      "CHECK's, GC's and the SLAAC wait's dumps; the address events) moved to that plain socket, "
+      "encoded as `ip` encodes it: rtnetlink, netlink-packet-route and tokio left the binary, so "
+      "no command builds a runtime and the binary lost 0.78 MB. The *before* "
       "column of the phase table is the binary before issue #18; the figures above are after these "
       "changes.")
     w(f"- **The GID wait** ({f0(ph.get('wait for the RoCE v2 GID'))} ms) is work the chain does not do: "

@@ -68,7 +68,6 @@ use std::io::Read;
 use serde_json::Value;
 
 use crate::commands::{add, check, del, gc, status};
-use crate::kernel::netlink;
 use crate::protocol::cni::{Command, Env};
 use crate::protocol::config::NetConf;
 use crate::protocol::error::{Error, Result};
@@ -202,25 +201,12 @@ fn dispatch(env: &Env, stdin: &[u8]) -> Result<Option<Value>> {
     for field in &ignored {
         tracing::warn!(field = %field, "ignored a field of the configuration");
     }
-    // ADD's and DEL's netlink requests go over plain sockets, answered within the send: no
-    // runtime (ADD builds one for a SLAAC rail's address events).
     match env.command {
-        Command::Add => return add::add(env, &conf).map(Some),
-        Command::Del => return del::del(env, &conf).map(|()| None),
-        _ => {}
+        Command::Add => add::add(env, &conf).map(Some),
+        Command::Del => del::del(env, &conf).map(|()| None),
+        Command::Check => check::check(env, &conf).map(|()| None),
+        Command::Status => status::status(env, &conf).map(|()| None),
+        Command::Gc => gc::gc(env, &conf).map(|()| None),
+        Command::Version => unreachable!("handled above"),
     }
-    let runtime = netlink::runtime()?;
-    let outcome = runtime.block_on(async {
-        match env.command {
-            Command::Check => check::check(env, &conf).await.map(|()| None),
-            Command::Status => status::status(env, &conf).await.map(|()| None),
-            Command::Gc => gc::gc(env, &conf).await.map(|()| None),
-            Command::Add | Command::Del | Command::Version => unreachable!("handled above"),
-        }
-    });
-    // The command has finished (or undone) its work, and the process exits after printing:
-    // shutting the runtime down (its netlink connection tasks, their sockets, the reactor)
-    // would only be work the exit does anyway.
-    std::mem::forget(runtime);
-    outcome
 }

@@ -27,11 +27,10 @@ use std::net::{IpAddr, Ipv6Addr};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 use ipnetwork::{IpNetwork, Ipv6Network};
-use netlink_packet_route::address::AddressFlags;
 
 use crate::attach::budget::Budget;
 use crate::attach::routing;
-use crate::kernel::netlink::{Addr6, AddrEvent, AddrEvents, Link, Netlink};
+use crate::kernel::netlink::{Addr6, AddrEvent, AddrEvents, AddressFlags, Link, RouteSocket};
 use crate::kernel::netns::Netns;
 use crate::kernel::sysctl::{self, DadMode, Sysctl};
 use crate::protocol::cni::{CniResult, IpConfig};
@@ -60,17 +59,17 @@ pub enum Decision {
 pub fn decide(addrs: &[Addr6], conf: &SlaacConf) -> Decision {
     if let Some(a) = addrs
         .iter()
-        .find(|a| a.addr.is_unicast_link_local() && a.flags.contains(AddressFlags::Dadfailed))
+        .find(|a| a.addr.is_unicast_link_local() && a.flags.contains(AddressFlags::DADFAILED))
     {
         return Decision::Failed(duplicate("the child's link-local address", a));
     }
     let mut best: Option<&Addr6> = None;
     for a in addrs.iter().filter(|a| is_slaac_candidate(a, conf)) {
-        if a.flags.contains(AddressFlags::Dadfailed) {
+        if a.flags.contains(AddressFlags::DADFAILED) {
             return Decision::Failed(duplicate("SLAAC address", a));
         }
         let usable = match conf.dad {
-            DadMode::Wait => !a.flags.contains(AddressFlags::Tentative),
+            DadMode::Wait => !a.flags.contains(AddressFlags::TENTATIVE),
             DadMode::Optimistic | DadMode::Off => true,
         };
         if usable && best.is_none_or(|b| a.addr < b.addr) {
@@ -104,7 +103,7 @@ fn is_slaac_candidate(a: &Addr6, conf: &SlaacConf) -> bool {
         || a.addr.is_multicast()
         || a.addr.is_unicast_link_local());
     let in_prefix = conf.prefix.is_none_or(|p| p.contains(a.addr));
-    global && !a.flags.contains(AddressFlags::Permanent) && in_prefix
+    global && !a.flags.contains(AddressFlags::PERMANENT) && in_prefix
 }
 
 /// Where the plugin's router solicitation comes from.
@@ -120,14 +119,14 @@ pub struct RsSource {
 pub fn rs_source(addrs: &[Addr6]) -> Option<RsSource> {
     addrs
         .iter()
-        .filter(|a| a.addr.is_unicast_link_local() && !a.flags.contains(AddressFlags::Dadfailed))
+        .filter(|a| a.addr.is_unicast_link_local() && !a.flags.contains(AddressFlags::DADFAILED))
         .find(|a| {
-            !a.flags.contains(AddressFlags::Tentative) || a.flags.contains(AddressFlags::Optimistic)
+            !a.flags.contains(AddressFlags::TENTATIVE) || a.flags.contains(AddressFlags::OPTIMISTIC)
         })
         .map(|a| RsSource {
             addr: a.addr,
-            with_lladdr: !a.flags.contains(AddressFlags::Tentative)
-                && !a.flags.contains(AddressFlags::Optimistic),
+            with_lladdr: !a.flags.contains(AddressFlags::TENTATIVE)
+                && !a.flags.contains(AddressFlags::OPTIMISTIC),
         })
 }
 
@@ -141,7 +140,7 @@ pub fn describe(addrs: &[Addr6], conf: &SlaacConf, router: Option<Ipv6Addr>) -> 
             .collect::<Vec<_>>()
     };
     let tentative =
-        list(&|a| is_slaac_candidate(a, conf) && a.flags.contains(AddressFlags::Tentative));
+        list(&|a| is_slaac_candidate(a, conf) && a.flags.contains(AddressFlags::TENTATIVE));
     if !tentative.is_empty() {
         return format!(
             "SLAAC address {} is still tentative (DAD not finished); each DAD probe lasts the \
@@ -153,8 +152,8 @@ pub fn describe(addrs: &[Addr6], conf: &SlaacConf, router: Option<Ipv6Addr>) -> 
     }
     let link_local_tentative = list(&|a| {
         a.addr.is_unicast_link_local()
-            && a.flags.contains(AddressFlags::Tentative)
-            && !a.flags.contains(AddressFlags::Optimistic)
+            && a.flags.contains(AddressFlags::TENTATIVE)
+            && !a.flags.contains(AddressFlags::OPTIMISTIC)
     });
     if !link_local_tentative.is_empty() && router.is_none() {
         return format!(
@@ -165,7 +164,7 @@ pub fn describe(addrs: &[Addr6], conf: &SlaacConf, router: Option<Ipv6Addr>) -> 
         );
     }
     let filtered = list(&|a| {
-        !a.flags.contains(AddressFlags::Permanent)
+        !a.flags.contains(AddressFlags::PERMANENT)
             && !a.addr.is_unicast_link_local()
             && !is_slaac_candidate(a, conf)
     });
@@ -305,22 +304,24 @@ fn send_frame(fd: &OwnedFd, ifindex: u32, frame: &[u8]) -> std::io::Result<()> {
 
 /// Waits until `decide` finds the SLAAC address of link `index`, reacting to address events;
 /// calls `solicit` once, as soon as `rs_source` finds a usable link-local address.
-pub async fn wait(
+pub fn wait(
     events: &mut AddrEvents,
-    pod: &Netlink,
+    pod: &RouteSocket,
     index: u32,
     rail: &str,
     conf: &SlaacConf,
     mut solicit: impl FnMut(RsSource) -> Result<()>,
 ) -> Result<SlaacAddr> {
     // The subscription was taken before this dump, so no change between the two is lost.
-    let mut addrs: BTreeMap<Ipv6Addr, Addr6> = pod
-        .addresses6(index)
-        .await?
-        .into_iter()
-        .map(|a| (a.addr, a))
-        .collect();
-    let deadline = tokio::time::Instant::now() + conf.ra_timeout;
+    let read = || -> Result<BTreeMap<Ipv6Addr, Addr6>> {
+        Ok(pod
+            .addresses6(index)?
+            .into_iter()
+            .map(|a| (a.addr, a))
+            .collect())
+    };
+    let mut addrs = read()?;
+    let deadline = std::time::Instant::now() + conf.ra_timeout;
     let mut solicited = false;
     loop {
         let now: Vec<Addr6> = addrs.values().copied().collect();
@@ -332,35 +333,35 @@ pub async fn wait(
         }
         match decide(&now, conf) {
             Decision::Ready(network) => {
-                let router = pod.default_router6(index).await?;
+                let router = pod.default_router6(index)?;
                 return Ok(SlaacAddr { network, router });
             }
             Decision::Failed(msg) => return Err(Error::Slaac(format!("rail {rail}: {msg}"))),
             Decision::Waiting => {}
         }
-        match tokio::time::timeout_at(deadline, events.next()).await {
-            Ok(Some(AddrEvent::New(a))) if a.index == index => {
+        let event = events
+            .next_until(deadline)
+            .map_err(|e| Error::io("cannot read the pod's IPv6 address events", e))?;
+        match event {
+            Some(AddrEvent::New(a)) if a.index == index => {
                 addrs.insert(a.addr, a);
             }
-            Ok(Some(AddrEvent::Del(a))) if a.index == index => {
-                if a.flags.contains(AddressFlags::Dadfailed) {
+            Some(AddrEvent::Del(a)) if a.index == index => {
+                if a.flags.contains(AddressFlags::DADFAILED) {
                     addrs.insert(a.addr, a);
                 } else {
                     addrs.remove(&a.addr);
                 }
             }
-            Ok(Some(_)) => {}
-            Ok(None) => {
-                return Err(Error::Slaac(
-                    "the kernel closed the address event subscription".into(),
-                ))
-            }
-            Err(_elapsed) => {
+            // Events were dropped: the dump after the loss has them all.
+            Some(AddrEvent::Lost) => addrs = read()?,
+            Some(_) => {}
+            None => {
                 // An advertisement may land at the deadline, between the last event and now. Read
                 // the router first and the addresses after it, so the description never names a
                 // router whose prefix it has not seen; and take an address that made it in time.
-                let router = pod.default_router6(index).await.ok().flatten();
-                let last = pod.addresses6(index).await.unwrap_or(now);
+                let router = pod.default_router6(index).ok().flatten();
+                let last = pod.addresses6(index).unwrap_or(now);
                 match decide(&last, conf) {
                     Decision::Ready(network) => return Ok(SlaacAddr { network, router }),
                     Decision::Failed(msg) => {
@@ -403,25 +404,29 @@ pub struct Slaac<'a> {
     conf: &'a SlaacConf,
     events: AddrEvents,
     socket: RsSocket,
-    /// The pod's rtnetlink socket, for the address and route dumps of the wait.
-    pod: Netlink,
+    /// The pod's socket for the address and route dumps of the wait.
+    pod: RouteSocket,
 }
 
 /// Subscribes to the pod's address events when the rail uses SLAAC (`None` when it does not).
-/// ADD calls it before the child's link comes up, inside the runtime that will drive the wait
-/// (`Runtime::enter`).
+/// ADD calls it before the child's link comes up.
 pub fn subscribe<'a>(netns: &'a Netns, conf: &'a NetConf) -> Result<Option<Slaac<'a>>> {
     let Some(slaac) = &conf.slaac else {
         return Ok(None);
     };
     // One thread into the pod opens all three sockets (see RsSocket).
     let (events, (socket, pod)) =
-        AddrEvents::subscribe_with(netns, || (RsSocket::open(), Netlink::current()))?;
+        AddrEvents::subscribe_with(netns, || (RsSocket::open(), RouteSocket::open()))?;
     Ok(Some(Slaac {
         conf: slaac,
         events,
         socket: socket?,
-        pod: pod?,
+        pod: pod.map_err(|e| {
+            Error::io(
+                format!("cannot open a netlink socket in {}", netns.path().display()),
+                e,
+            )
+        })?,
     }))
 }
 
@@ -435,7 +440,7 @@ pub struct Configured {
 /// ADD's IPv6 once the child is up: waits for the SLAAC address within its share of the ADD's
 /// budget, plans its routing, and puts it first in `result` (consumers often take ips[0] as
 /// "the" address; a failed ADD drops the result, so this may come before the routes are in).
-pub async fn configure(
+pub fn configure(
     mut slaac: Slaac<'_>,
     child: &Link,
     rail: &str,
@@ -458,7 +463,6 @@ pub async fn configure(
         &slaac_conf,
         solicit,
     )
-    .await
     .map_err(|e| match e {
         Error::Slaac(msg) if share.cut => Error::Slaac(format!(
             "{msg} (the wait was cut to what was left of timeouts.totalMs {} ms)",
@@ -495,9 +499,9 @@ pub fn checks_sysctl(conf: &NetConf, s: &Sysctl) -> bool {
 /// CHECK's IPv6 after the ifalias is read: on a SLAAC rail with source routing, the rule from
 /// the SLAAC address (the one the reported GID `gid` is derived from) to child `child`'s table.
 /// Returns the difference found, if any.
-pub async fn check(
+pub fn check(
     conf: &NetConf,
-    pod: &Netlink,
+    pod: &RouteSocket,
     child: u32,
     gid: Ipv6Addr,
 ) -> Result<Option<String>> {
@@ -507,8 +511,7 @@ pub async fn check(
     let table = routing::table_for(child);
     let source = IpAddr::V6(gid);
     if pod
-        .rules(true)
-        .await?
+        .rules(true)?
         .iter()
         .any(|r| r.table == table && r.source == Some(source))
     {
@@ -547,8 +550,8 @@ mod tests {
     #[test]
     fn placeholder_and_link_local_are_never_chosen() {
         let addrs = [
-            a("fe80::5054:ff:fe00:1", 64, AddressFlags::Permanent),
-            a("fd01:0:0:100::7", 112, AddressFlags::Permanent),
+            a("fe80::5054:ff:fe00:1", 64, AddressFlags::PERMANENT),
+            a("fd01:0:0:100::7", 112, AddressFlags::PERMANENT),
         ];
         assert_eq!(
             decide(&addrs, &conf(DadMode::Wait, None)),
@@ -558,7 +561,7 @@ mod tests {
         more.push(a(
             "2001:db8:1:2:5054:ff:fe00:1",
             64,
-            AddressFlags::Managetempaddr,
+            AddressFlags::MANAGETEMPADDR,
         ));
         assert_eq!(
             decide(&more, &conf(DadMode::Wait, None)),
@@ -568,7 +571,7 @@ mod tests {
 
     #[test]
     fn wait_mode_needs_dad_done_optimistic_does_not() {
-        let addrs = [a("2001:db8:1:2::1", 64, AddressFlags::Tentative)];
+        let addrs = [a("2001:db8:1:2::1", 64, AddressFlags::TENTATIVE)];
         assert_eq!(
             decide(&addrs, &conf(DadMode::Wait, None)),
             Decision::Waiting
@@ -588,7 +591,7 @@ mod tests {
         let addrs = [a(
             "2001:db8:1:2::1",
             64,
-            AddressFlags::Tentative | AddressFlags::Dadfailed,
+            AddressFlags::TENTATIVE | AddressFlags::DADFAILED,
         )];
         assert!(
             matches!(decide(&addrs, &conf(DadMode::Wait, None)), Decision::Failed(m) if m.contains("duplicate"))
@@ -620,10 +623,10 @@ mod tests {
     #[test]
     fn timeout_explanations() {
         let c = conf(DadMode::Wait, None);
-        let ll = [a("fe80::1", 64, AddressFlags::Permanent)];
+        let ll = [a("fe80::1", 64, AddressFlags::PERMANENT)];
         assert!(describe(&ll, &c, None).contains("no router advertisement"));
         assert!(describe(&ll, &c, Some("fe80::99".parse().unwrap())).contains("no prefix"));
-        let tent = [a("2001:db8::1", 64, AddressFlags::Tentative)];
+        let tent = [a("2001:db8::1", 64, AddressFlags::TENTATIVE)];
         assert!(describe(&tent, &c, None).contains("tentative"));
         assert!(describe(&[], &c, None).contains("disabled"));
     }
@@ -669,10 +672,10 @@ mod tests {
     #[test]
     fn solicitation_waits_for_a_usable_link_local() {
         let ll = "fe80::1";
-        let src = |flags| rs_source(&[a(ll, 64, AddressFlags::Permanent | flags)]);
+        let src = |flags| rs_source(&[a(ll, 64, AddressFlags::PERMANENT | flags)]);
         // dad=wait: nothing while the link-local is tentative (no solicitation from ::).
-        assert_eq!(src(AddressFlags::Tentative), None);
-        assert_eq!(src(AddressFlags::Tentative | AddressFlags::Dadfailed), None);
+        assert_eq!(src(AddressFlags::TENTATIVE), None);
+        assert_eq!(src(AddressFlags::TENTATIVE | AddressFlags::DADFAILED), None);
         // DAD done: with the link-layer option; optimistic: without (RFC 4429).
         assert_eq!(
             src(NONE),
@@ -682,7 +685,7 @@ mod tests {
             })
         );
         assert_eq!(
-            src(AddressFlags::Tentative | AddressFlags::Optimistic),
+            src(AddressFlags::TENTATIVE | AddressFlags::OPTIMISTIC),
             Some(RsSource {
                 addr: ll.parse().unwrap(),
                 with_lladdr: false
@@ -697,7 +700,7 @@ mod tests {
         let addrs = [a(
             "fe80::5054:ff:fe00:1",
             64,
-            AddressFlags::Permanent | AddressFlags::Tentative | AddressFlags::Dadfailed,
+            AddressFlags::PERMANENT | AddressFlags::TENTATIVE | AddressFlags::DADFAILED,
         )];
         for mode in [DadMode::Wait, DadMode::Optimistic, DadMode::Off] {
             match decide(&addrs, &conf(mode, None)) {
@@ -715,7 +718,7 @@ mod tests {
             &[a(
                 "fe80::1",
                 64,
-                AddressFlags::Permanent | AddressFlags::Tentative,
+                AddressFlags::PERMANENT | AddressFlags::TENTATIVE,
             )],
             &conf(DadMode::Wait, None),
             None,

@@ -1,10 +1,8 @@
 //! The IPvlan L2 child of a rail in the pod: created by ADD (under CNI_IFNAME, or under a
 //! temporary name and renamed), removed by DEL with its source rules.
 
-use netlink_packet_route::link::InfoKind;
-
 use crate::attach::routing;
-use crate::kernel::netlink::{Link, RouteSocket};
+use crate::kernel::netlink::{InfoKind, Link, RouteSocket};
 use crate::kernel::netns::Netns;
 use crate::protocol::cni::Env;
 use crate::protocol::error::{Error, Result};

@@ -15,14 +15,13 @@ use crate::attach::rail;
 use crate::attach::routing::{self, RULE_PRIORITY};
 use crate::attach::undo::UndoStack;
 use crate::kernel::lock;
-use crate::kernel::netlink::{self, Link, RouteSocket};
+use crate::kernel::netlink::{InfoKind, Link, RouteSocket};
 use crate::kernel::netns::Netns;
 use crate::kernel::rdma::{self, GidType, RdmaPort, Sysfs, WaitError};
 use crate::kernel::sysctl;
 use crate::protocol::cni::{CniResult, Env, Interface, Roce};
 use crate::protocol::config::NetConf;
 use crate::protocol::error::{Error, FailedUndo, Result};
-use netlink_packet_route::link::InfoKind;
 
 /// A change made by ADD, and so something a failed ADD must take back.
 #[derive(Debug)]
@@ -88,8 +87,6 @@ struct Ready<'a> {
     budget: Budget,
 }
 
-/// ADD. Its netlink requests go over plain sockets ([`RouteSocket`]), answered within the
-/// send; only a SLAAC rail builds an async runtime, for the address events it waits on.
 pub fn add(env: &Env, conf: &NetConf) -> Result<Value> {
     let budget = Budget::start(conf.timeouts.total);
     let ready = validate(env, conf, budget)?;
@@ -99,13 +96,8 @@ pub fn add(env: &Env, conf: &NetConf) -> Result<Value> {
         &lock::Key::attachment(&env.container_id, &env.ifname),
         budget.remaining_at(std::time::Instant::now()),
     )?;
-    let runtime = conf.slaac.is_some().then(netlink::runtime).transpose()?;
     let mut undo = UndoStack::default();
-    let built = build(&ready, runtime.as_ref(), &mut undo);
-    // The process exits after printing: shutting the runtime down (its connection tasks, their
-    // sockets, the reactor) would only be work the exit does anyway.
-    std::mem::forget(runtime);
-    match built {
+    match build(&ready, &mut undo) {
         Ok(doc) => Ok(doc),
         Err(err) => {
             tracing::warn!(error = %err, steps = undo.len(), "ADD failed; undoing");
@@ -228,12 +220,7 @@ fn require_shared_netns_mode(port: &RdmaPort, master: &Link) -> Result<()> {
     }
 }
 
-/// Builds the attachment; `runtime` is there when the rail uses SLAAC (`add`).
-fn build(
-    r: &Ready<'_>,
-    runtime: Option<&tokio::runtime::Runtime>,
-    undo: &mut UndoStack<Step>,
-) -> Result<Value> {
+fn build(r: &Ready<'_>, undo: &mut UndoStack<Step>) -> Result<Value> {
     let (env, conf, pod) = (r.env, r.conf, &r.pod);
     let child = ipvlan::create(r.env, &r.host, &r.pod, &r.netns, &r.master, r.conf.mtu)?;
     undo.push(Step::Link { index: child.index });
@@ -278,12 +265,8 @@ fn build(
         pod.add_address(child.index, ip.address)?;
     }
     failpoint!("after-addresses");
-    // Subscribed before the link comes up, so that no address event is missed; its sockets
-    // register with the runtime's reactor.
-    let slaac = {
-        let _entered = runtime.map(|rt| rt.enter());
-        ipv6::subscribe(&r.netns, conf)?
-    };
+    // Subscribed before the link comes up, so that no address event is missed.
+    let slaac = ipv6::subscribe(&r.netns, conf)?;
     pod.set_up(child.index)?;
     tracing::debug!("sysctls set, addresses added, child up");
     failpoint!("after-up");
@@ -304,15 +287,7 @@ fn build(
 
     let gid_addr = match slaac {
         Some(slaac) => {
-            let runtime = runtime.expect("add builds a runtime for a SLAAC rail");
-            let done = runtime.block_on(ipv6::configure(
-                slaac,
-                &child,
-                &r.master.name,
-                conf,
-                r.budget,
-                &mut result,
-            ))?;
+            let done = ipv6::configure(slaac, &child, &r.master.name, conf, r.budget, &mut result)?;
             install_routes(r, undo, child.index, &done.routes)?;
             done.gid_addr
         }

@@ -1,12 +1,10 @@
 //! CHECK: the attachment is still what ADD built. Each difference is named in the error.
 
-use netlink_packet_route::link::{InfoKind, IpVlanMode};
-
 use crate::attach::ipam::Ipam;
 use crate::attach::ipv6;
 use crate::attach::rail;
 use crate::attach::routing;
-use crate::kernel::netlink::{Netlink, RouteSocket};
+use crate::kernel::netlink::{InfoKind, IpVlanMode, RouteSocket};
 use crate::kernel::netns::Netns;
 use crate::kernel::rdma::{GidType, Sysfs};
 use crate::kernel::sysctl;
@@ -14,7 +12,7 @@ use crate::protocol::cni::{CniResult, Env, Roce};
 use crate::protocol::config::NetConf;
 use crate::protocol::error::{Error, Result};
 
-pub async fn check(env: &Env, conf: &NetConf) -> Result<()> {
+pub fn check(env: &Env, conf: &NetConf) -> Result<()> {
     let prev = conf.prev_result.as_ref().ok_or_else(|| {
         Error::InvalidConfig(
             "CHECK needs \"prevResult\": the runtime must pass the ADD result".into(),
@@ -38,8 +36,8 @@ pub async fn check(env: &Env, conf: &NetConf) -> Result<()> {
 
     let host = RouteSocket::current()?;
     let (_, master) = rail::find(&conf.rail, &host, Error::CheckFailed)?;
-    let pod = Netlink::in_netns(&netns)?;
-    let Some(child) = pod.link_by_name(&env.ifname).await? else {
+    let pod = RouteSocket::open_in(&netns)?;
+    let Some(child) = pod.link_by_name(&env.ifname)? else {
         return differs("expected an IPvlan child, found no such interface".into());
     };
     if child.kind != Some(InfoKind::IpVlan) || child.ipvlan_mode != Some(IpVlanMode::L2) {
@@ -80,7 +78,7 @@ pub async fn check(env: &Env, conf: &NetConf) -> Result<()> {
             child.mac_string()
         ));
     }
-    let addrs = pod.addresses(child.index).await?;
+    let addrs = pod.addresses(child.index)?;
     for ip in prev
         .ips
         .iter()
@@ -124,8 +122,7 @@ pub async fn check(env: &Env, conf: &NetConf) -> Result<()> {
     if let Some(table) = plan.table {
         for source in &plan.rules {
             if !pod
-                .rules(source.is_ipv6())
-                .await?
+                .rules(source.is_ipv6())?
                 .iter()
                 .any(|r| r.table == table && r.source == Some(*source))
             {
@@ -136,9 +133,7 @@ pub async fn check(env: &Env, conf: &NetConf) -> Result<()> {
         }
     }
     for route in &plan.routes {
-        let found = pod
-            .table_destinations(route.table, route.dst.is_ipv6())
-            .await?;
+        let found = pod.table_destinations(route.table, route.dst.is_ipv6())?;
         if !found.contains(&route.dst) {
             return differs(format!(
                 "expected a route to {} in table {}, found routes to {}",
@@ -157,7 +152,7 @@ pub async fn check(env: &Env, conf: &NetConf) -> Result<()> {
             "expected ifalias \"rdma_dev=... port=... gid_index=... gid=...\", found {alias:?}"
         ));
     };
-    if let Some(what) = ipv6::check(conf, &pod, child.index, roce.gid).await? {
+    if let Some(what) = ipv6::check(conf, &pod, child.index, roce.gid)? {
         return differs(what);
     }
     let port = crate::kernel::rdma::RdmaPort {

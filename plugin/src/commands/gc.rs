@@ -36,7 +36,7 @@ pub struct Attachment {
     pub ifname: String,
 }
 
-pub async fn gc(env: &Env, conf: &NetConf) -> Result<()> {
+pub fn gc(env: &Env, conf: &NetConf) -> Result<()> {
     cni::require_status_gc(&conf.cni_version, "GC")?;
     let valid = valid_attachments(&conf.raw)?;
     tracing::info!(

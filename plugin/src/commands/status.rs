@@ -26,10 +26,10 @@ use crate::protocol::cni::{self, Env};
 use crate::protocol::config::NetConf;
 use crate::protocol::error::{Error, Result};
 
-pub async fn status(env: &Env, conf: &NetConf) -> Result<()> {
+pub fn status(env: &Env, conf: &NetConf) -> Result<()> {
     cni::require_status_gc(&conf.cni_version, "STATUS")?;
     if conf.rail.names_a_rail() {
-        rail_ready(conf).await?;
+        rail_ready(conf)?;
     } else {
         tracing::info!(
             "the configuration names no rail (pods choose it with cni-args): no rail to check"
@@ -49,7 +49,7 @@ pub async fn status(env: &Env, conf: &NetConf) -> Result<()> {
     Ok(())
 }
 
-async fn rail_ready(conf: &NetConf) -> Result<()> {
+fn rail_ready(conf: &NetConf) -> Result<()> {
     let host = RouteSocket::current()?;
     let (rail, master) =
         rail::find(&conf.rail, &host, Error::Unavailable).map_err(|e| match e {

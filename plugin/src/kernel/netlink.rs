@@ -1,48 +1,22 @@
-//! Route netlink, two ways. [`RouteSocket`]: a plain, blocking socket for the requests the
-//! kernel answers within the send, encoded and read by hand for what the plugin uses: every
-//! change ADD and DEL make (links, addresses, routes, rules) and the link lookups. `Netlink`:
-//! rtnetlink, for the dumps CHECK, GC, STATUS, the SLAAC wait and the tools read, and the IPv6
-//! address events (under the one current-thread runtime, `block_on`).
+//! Route netlink on plain, blocking sockets ([`RouteSocket`]): every request the plugin and its
+//! tools make is answered within the send (a change's ACK, a dump's parts up to NLMSG_DONE),
+//! so no runtime is needed. Requests are encoded as `ip` encodes them, and replies are read
+//! for the few attributes the plugin uses. [`AddrEvents`] is the one subscription: the pod's
+//! IPv6 address changes, for the SLAAC wait.
 //!
-//! Either is bound to one network namespace: the one its socket was created in. For the pod's
-//! namespace the socket is created on a short-lived thread inside it (netns.rs) and then used
-//! from the main thread, which never changes namespace.
+//! A socket is bound to one network namespace: the one it was created in. For the pod's
+//! namespace it is created on a short-lived thread inside it (netns.rs) and then used from the
+//! main thread, which never changes namespace.
 
+use std::collections::VecDeque;
 use std::net::IpAddr;
+use std::os::fd::AsRawFd;
+use std::time::Instant;
 
-use futures::TryStreamExt;
 use ipnetwork::IpNetwork;
-use netlink_packet_route::address::{AddressAttribute, AddressFlags, AddressMessage};
-use netlink_packet_route::link::{
-    InfoData, InfoIpVlan, InfoKind, IpVlanMode, LinkAttribute, LinkFlags, LinkInfo, LinkMessage,
-};
-use netlink_packet_route::rule::{RuleAttribute, RuleMessage};
-use netlink_packet_route::AddressFamily;
-use rtnetlink::{Handle, IpVersion, RouteMessageBuilder};
 
 use crate::kernel::netns::Netns;
 use crate::protocol::error::{Error, Result};
-
-pub struct Netlink {
-    handle: Handle,
-    /// A second socket of the same namespace for [`Netlink::link_by_name`], driven by hand.
-    lookup: RouteSocket,
-}
-
-/// Runs `work` on the one kind of runtime the plugin and its tools use: current-thread (the
-/// main thread drives every socket; namespaces are entered on threads of their own, netns.rs).
-pub fn block_on<F: std::future::Future>(work: F) -> Result<F::Output> {
-    Ok(runtime()?.block_on(work))
-}
-
-/// The runtime `block_on` uses, for a caller that ends the process after its work and so
-/// need not shut the runtime down (the CNI commands: `lib::dispatch`).
-pub fn runtime() -> Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Error::io("cannot start the async runtime", e))
-}
 
 /// What the plugin needs to know about a link.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,6 +46,89 @@ impl Link {
     }
 }
 
+/// A link's kind (IFLA_INFO_KIND), for the kinds the plugin tells apart.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InfoKind {
+    IpVlan,
+    MacVlan,
+    Other(String),
+}
+
+impl From<&str> for InfoKind {
+    fn from(kind: &str) -> InfoKind {
+        match kind {
+            "ipvlan" => InfoKind::IpVlan,
+            "macvlan" => InfoKind::MacVlan,
+            other => InfoKind::Other(other.to_string()),
+        }
+    }
+}
+
+impl std::fmt::Display for InfoKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            InfoKind::IpVlan => "ipvlan",
+            InfoKind::MacVlan => "macvlan",
+            InfoKind::Other(kind) => kind,
+        })
+    }
+}
+
+/// An IPvlan child's mode (IFLA_IPVLAN_MODE, linux/if_link.h).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IpVlanMode {
+    L2,
+    L3,
+    L3S,
+    Other(u16),
+}
+
+impl From<u16> for IpVlanMode {
+    fn from(mode: u16) -> IpVlanMode {
+        match mode {
+            0 => IpVlanMode::L2,
+            1 => IpVlanMode::L3,
+            2 => IpVlanMode::L3S,
+            other => IpVlanMode::Other(other),
+        }
+    }
+}
+
+/// An address's IFA_F_* flags (linux/if_addr.h), as the 32-bit IFA_FLAGS carries them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AddressFlags(u32);
+
+impl AddressFlags {
+    pub const OPTIMISTIC: AddressFlags = AddressFlags(0x04);
+    pub const DADFAILED: AddressFlags = AddressFlags(0x08);
+    pub const TENTATIVE: AddressFlags = AddressFlags(0x40);
+    pub const PERMANENT: AddressFlags = AddressFlags(0x80);
+    #[cfg(test)]
+    pub const MANAGETEMPADDR: AddressFlags = AddressFlags(0x100);
+
+    #[cfg(test)]
+    pub const fn empty() -> AddressFlags {
+        AddressFlags(0)
+    }
+
+    pub const fn from_bits_retain(bits: u32) -> AddressFlags {
+        AddressFlags(bits)
+    }
+
+    /// Whether every flag of `other` is set.
+    pub const fn contains(self, other: AddressFlags) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl std::ops::BitOr for AddressFlags {
+    type Output = AddressFlags;
+
+    fn bitor(self, other: AddressFlags) -> AddressFlags {
+        AddressFlags(self.0 | other.0)
+    }
+}
+
 /// An IPv6 address of a link with the flags that tell SLAAC and DAD state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Addr6 {
@@ -90,309 +147,137 @@ pub struct Addr {
     pub flags: AddressFlags,
 }
 
+impl Addr {
+    fn v6(self) -> Option<Addr6> {
+        match self.ip {
+            IpAddr::V6(addr) => Some(Addr6 {
+                index: self.index,
+                addr,
+                prefix: self.prefix,
+                flags: self.flags,
+            }),
+            IpAddr::V4(_) => None,
+        }
+    }
+}
+
 /// A change of an IPv6 address, from the kernel's RTNLGRP_IPV6_IFADDR notifications.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AddrEvent {
     New(Addr6),
     Del(Addr6),
+    /// The socket's buffer overran (ENOBUFS): some events were dropped, so what is known must
+    /// be read again.
+    Lost,
 }
 
-/// A subscription to IPv6 address changes in one namespace.
+/// A subscription to IPv6 address changes in one namespace: a netlink socket bound to
+/// RTNLGRP_IPV6_IFADDR, read with poll(2) until a deadline.
 pub struct AddrEvents {
-    rx: futures::channel::mpsc::UnboundedReceiver<(
-        netlink_packet_core::NetlinkMessage<netlink_packet_route::RouteNetlinkMessage>,
-        netlink_sys::SocketAddr,
-    )>,
+    socket: netlink_sys::Socket,
+    /// Events of a datagram already read, not yet returned.
+    pending: VecDeque<AddrEvent>,
 }
 
 impl AddrEvents {
     /// Subscribes in `ns`; events that happen after this call are not missed. `also` runs on
-    /// the same thread in `ns` (one thread into the namespace for both), for another socket
+    /// the same thread in `ns` (one thread into the namespace for both), for other sockets
     /// that must be opened there.
     pub fn subscribe_with<T: Send>(
         ns: &Netns,
         also: impl FnOnce() -> T + Send,
     ) -> Result<(AddrEvents, T)> {
-        let runtime = tokio::runtime::Handle::current();
-        let (subscribed, other) = ns.run(move || {
-            let _guard = runtime.enter();
-            let subscribed =
-                rtnetlink::new_multicast_connection(&[rtnetlink::MulticastGroup::Ipv6Ifaddr]);
-            (subscribed, also())
-        })?;
-        let (conn, _handle, rx) =
+        let (subscribed, other) = ns.run(move || (AddrEvents::subscribe_here(), also()))?;
+        let events =
             subscribed.map_err(|e| Error::io("cannot subscribe to IPv6 address events", e))?;
-        tokio::spawn(conn);
-        Ok((AddrEvents { rx }, other))
+        Ok((events, other))
     }
 
-    /// The next address event; `None` if the subscription ended.
-    pub async fn next(&mut self) -> Option<AddrEvent> {
-        use futures::StreamExt;
-        use netlink_packet_core::NetlinkPayload;
-        use netlink_packet_route::RouteNetlinkMessage;
-        while let Some((msg, _)) = self.rx.next().await {
-            let event = match msg.payload {
-                NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewAddress(m)) => {
-                    parse_addr6(&m).map(AddrEvent::New)
-                }
-                NetlinkPayload::InnerMessage(RouteNetlinkMessage::DelAddress(m)) => {
-                    parse_addr6(&m).map(AddrEvent::Del)
-                }
-                _ => None,
+    fn subscribe_here() -> std::io::Result<AddrEvents> {
+        let mut socket = netlink_sys::Socket::new(netlink_sys::protocols::NETLINK_ROUTE)?;
+        socket.bind(&netlink_sys::SocketAddr::new(
+            0,
+            1 << (RTNLGRP_IPV6_IFADDR - 1),
+        ))?;
+        Ok(AddrEvents {
+            socket,
+            pending: VecDeque::new(),
+        })
+    }
+
+    /// The next address event; `None` when `deadline` passes first.
+    pub fn next_until(&mut self, deadline: Instant) -> std::io::Result<Option<AddrEvent>> {
+        loop {
+            if let Some(event) = self.pending.pop_front() {
+                return Ok(Some(event));
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(None);
+            }
+            let mut fd = libc::pollfd {
+                fd: self.socket.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
             };
-            if event.is_some() {
-                return event;
+            // Rounded up, so that the wait never ends before the deadline.
+            let ms = i32::try_from(left.as_micros().div_ceil(1000)).unwrap_or(i32::MAX);
+            // SAFETY: `fd` is one valid pollfd for the whole call.
+            let ready = unsafe { libc::poll(&mut fd, 1, ms) };
+            if ready < 0 {
+                let err = std::io::Error::last_os_error();
+                if err.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(err);
+            }
+            if ready == 0 {
+                continue;
+            }
+            let mut buf = Vec::with_capacity(64 * 1024);
+            match self.socket.recv(&mut buf, libc::MSG_DONTWAIT) {
+                Ok(_) => self.pending.extend(address_events(&buf)),
+                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+                    self.pending.push_back(AddrEvent::Lost)
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
             }
         }
-        None
     }
 }
 
-fn parse_addr6(m: &AddressMessage) -> Option<Addr6> {
-    let addr = m.attributes.iter().find_map(|a| match a {
-        AddressAttribute::Address(IpAddr::V6(ip)) => Some(*ip),
-        _ => None,
-    })?;
-    Some(Addr6 {
-        index: m.header.index,
-        addr,
-        prefix: m.header.prefix_len,
-        flags: address_flags(m),
-    })
-}
-
-/// An address with its flags: IFA_LOCAL (the local end of a point-to-point link), else
-/// IFA_ADDRESS.
-fn parse_addr(m: &AddressMessage) -> Option<Addr> {
-    let attr = |local: bool| {
-        m.attributes.iter().find_map(|a| match a {
-            AddressAttribute::Local(ip) if local => Some(*ip),
-            AddressAttribute::Address(ip) if !local => Some(*ip),
-            _ => None,
+/// The IPv6 address events of a datagram of notifications.
+fn address_events(buf: &[u8]) -> Vec<AddrEvent> {
+    messages(buf)
+        .filter_map(|message| {
+            let message = message.ok()?;
+            let addr = parse_addr_reply(message.payload).and_then(Addr::v6)?;
+            match message.msg_type {
+                RTM_NEWADDR => Some(AddrEvent::New(addr)),
+                RTM_DELADDR => Some(AddrEvent::Del(addr)),
+                _ => None,
+            }
         })
-    };
-    Some(Addr {
-        index: m.header.index,
-        ip: attr(true).or_else(|| attr(false))?,
-        prefix: m.header.prefix_len,
-        flags: address_flags(m),
-    })
+        .collect()
 }
 
-/// The 32-bit IFA_FLAGS attribute carries what the 8-bit header field cannot (e.g.
-/// MANAGETEMPADDR); the header's flags on kernels that omit it.
-fn address_flags(m: &AddressMessage) -> AddressFlags {
-    m.attributes
-        .iter()
-        .find_map(|a| match a {
-            AddressAttribute::Flags(f) => Some(*f),
-            _ => None,
-        })
-        .unwrap_or_else(|| AddressFlags::from_bits_retain(u32::from(m.header.flags.bits())))
-}
-
-/// A policy rule as the plugin cares about it.
+/// A policy rule: its table, source, and the kernel's message to send back to delete it.
 #[derive(Debug, Clone)]
 pub struct Rule {
-    pub source: Option<IpAddr>,
-    pub table: u32,
-}
-
-impl Netlink {
-    /// A socket in the calling thread's namespace. Must run inside the tokio runtime.
-    pub fn current() -> Result<Netlink> {
-        let (conn, handle, _) = rtnetlink::new_connection()
-            .map_err(|e| Error::io("cannot open a netlink socket", e))?;
-        let lookup =
-            RouteSocket::open().map_err(|e| Error::io("cannot open a netlink socket", e))?;
-        tokio::spawn(conn);
-        Ok(Netlink { handle, lookup })
-    }
-
-    /// A socket in `ns`. Must run inside the tokio runtime.
-    pub fn in_netns(ns: &Netns) -> Result<Netlink> {
-        let runtime = tokio::runtime::Handle::current();
-        let ((conn, handle, _), lookup) = ns
-            .run(move || {
-                // The socket registers with the runtime's reactor from this thread, and keeps
-                // this thread's namespace after the thread is gone.
-                let _guard = runtime.enter();
-                Ok((rtnetlink::new_connection()?, RouteSocket::open()?))
-            })?
-            .map_err(|e: std::io::Error| {
-                Error::io(
-                    format!("cannot open a netlink socket in {}", ns.path().display()),
-                    e,
-                )
-            })?;
-        tokio::spawn(conn);
-        Ok(Netlink { handle, lookup })
-    }
-
-    /// One RTM_GETLINK by name on the plain socket ([`RouteSocket::link_by_name`]). `async`
-    /// like the other verbs, though the kernel answers within the send.
-    pub async fn link_by_name(&self, name: &str) -> Result<Option<Link>> {
-        self.lookup.link_by_name(name)
-    }
-
-    /// Every link of this socket's namespace.
-    pub async fn links(&self) -> Result<Vec<Link>> {
-        self.handle
-            .link()
-            .get()
-            .execute()
-            .map_ok(parse_link)
-            .try_collect()
-            .await
-            .map_err(|e| Error::netlink("cannot list links", e))
-    }
-
-    pub async fn addresses(&self, index: u32) -> Result<Vec<IpNetwork>> {
-        let msgs: Vec<_> = self
-            .handle
-            .address()
-            .get()
-            .set_link_index_filter(index)
-            .execute()
-            .try_collect()
-            .await
-            .map_err(|e| {
-                Error::netlink(format!("cannot list the addresses of link #{index}"), e)
-            })?;
-        Ok(msgs
-            .iter()
-            .filter_map(parse_addr)
-            .filter(|a| a.index == index)
-            .filter_map(|a| IpNetwork::new(a.ip, a.prefix).ok())
-            .collect())
-    }
-
-    /// Every address of this socket's namespace, with its flags.
-    pub async fn all_addresses(&self) -> Result<Vec<Addr>> {
-        let msgs: Vec<_> = self
-            .handle
-            .address()
-            .get()
-            .execute()
-            .try_collect()
-            .await
-            .map_err(|e| Error::netlink("cannot list addresses", e))?;
-        Ok(msgs.iter().filter_map(parse_addr).collect())
-    }
-
-    /// The IPv6 addresses of link `index`, with their flags.
-    pub async fn addresses6(&self, index: u32) -> Result<Vec<Addr6>> {
-        let mut req = self.handle.address().get().set_link_index_filter(index);
-        req.message_mut().header.family = AddressFamily::Inet6;
-        let msgs: Vec<_> = req.execute().try_collect().await.map_err(|e| {
-            Error::netlink(
-                format!("cannot list the IPv6 addresses of link #{index}"),
-                e,
-            )
-        })?;
-        Ok(msgs
-            .iter()
-            .filter_map(parse_addr6)
-            .filter(|a| a.index == index)
-            .collect())
-    }
-
-    /// The IPv6 default router learned on link `index` (from router advertisements), if any.
-    pub async fn default_router6(&self, index: u32) -> Result<Option<std::net::Ipv6Addr>> {
-        use netlink_packet_route::route::{RouteAddress, RouteAttribute};
-        let routes = self.routes(true).await?;
-        Ok(routes.iter().find_map(|r| {
-            let oif = r.attributes.iter().find_map(|a| match a {
-                RouteAttribute::Oif(i) => Some(*i),
-                _ => None,
-            });
-            let gw = r.attributes.iter().find_map(|a| match a {
-                RouteAttribute::Gateway(RouteAddress::Inet6(g)) => Some(*g),
-                _ => None,
-            });
-            (r.header.destination_prefix_length == 0 && oif == Some(index))
-                .then_some(gw)
-                .flatten()
-        }))
-    }
-
-    /// The destinations of the routes of `family` in `table` (`0.0.0.0/0` or `::/0` for a
-    /// default route).
-    pub async fn table_destinations(&self, table: u32, v6: bool) -> Result<Vec<IpNetwork>> {
-        use netlink_packet_route::route::{RouteAddress, RouteAttribute};
-        let routes = self.routes(v6).await?;
-        Ok(routes
-            .iter()
-            .filter(|r| route_table(r) == table)
-            .filter_map(|r| {
-                let len = r.header.destination_prefix_length;
-                let addr = r
-                    .attributes
-                    .iter()
-                    .find_map(|a| match a {
-                        RouteAttribute::Destination(RouteAddress::Inet(a)) => Some(IpAddr::V4(*a)),
-                        RouteAttribute::Destination(RouteAddress::Inet6(a)) => Some(IpAddr::V6(*a)),
-                        _ => None,
-                    })
-                    .unwrap_or(if v6 {
-                        IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED)
-                    } else {
-                        IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)
-                    });
-                IpNetwork::new(addr, len).ok()
-            })
-            .collect())
-    }
-
-    async fn routes(&self, v6: bool) -> Result<Vec<netlink_packet_route::route::RouteMessage>> {
-        let mut b = RouteMessageBuilder::<IpAddr>::new();
-        b.get_mut().header.address_family = if v6 {
-            AddressFamily::Inet6
-        } else {
-            AddressFamily::Inet
-        };
-        self.handle
-            .route()
-            .get(b.build())
-            .execute()
-            .try_collect()
-            .await
-            .map_err(|e| Error::netlink("cannot list routes", e))
-    }
-
-    pub async fn rules(&self, v6: bool) -> Result<Vec<Rule>> {
-        let version = if v6 { IpVersion::V6 } else { IpVersion::V4 };
-        let msgs: Vec<RuleMessage> = self
-            .handle
-            .rule()
-            .get(version)
-            .execute()
-            .try_collect()
-            .await
-            .map_err(|e| Error::netlink("cannot list policy rules", e))?;
-        Ok(msgs.into_iter().map(parse_rule).collect())
-    }
-}
-
-/// A plain, blocking NETLINK_ROUTE socket for requests the kernel answers within the send:
-/// a link by name (what every ADD, CHECK and DEL starts with) and every change ADD and DEL
-/// make. Requests are encoded as `ip` encodes them; replies are read for the few attributes
-/// the plugin uses instead of being decoded whole by netlink-packet-route (every attribute,
-/// the nested per-family ones included), which was most of what such a request cost a
-/// short-lived process. ADD on an IPv4 rail and DEL need neither a runtime nor rtnetlink.
-pub struct RouteSocket {
-    socket: netlink_sys::Socket,
-    seq: std::sync::atomic::AtomicU32,
-}
-
-/// A policy rule as DEL deletes it: its table, and the kernel's message to send back.
-#[derive(Debug, Clone)]
-pub struct RawRule {
     pub table: u32,
     pub source: Option<IpAddr>,
     /// The RTM_NEWRULE payload (`fib_rule_hdr` and attributes), which identifies the rule.
     message: Vec<u8>,
+}
+
+/// A plain, blocking NETLINK_ROUTE socket. Replies are read for the few attributes the plugin
+/// uses instead of being decoded whole (every attribute, the nested per-family ones included),
+/// which, through rtnetlink and netlink-packet-route, was most of what a request cost a
+/// short-lived process.
+pub struct RouteSocket {
+    socket: netlink_sys::Socket,
+    seq: std::sync::atomic::AtomicU32,
 }
 
 #[derive(Debug)]
@@ -403,14 +288,11 @@ enum LookupError {
 }
 
 impl LookupError {
-    /// As the crate reports it: a kernel errno as rtnetlink would have carried it.
+    /// As the crate reports it: a kernel errno as a netlink error (102), a failure of the
+    /// socket itself as an I/O error.
     fn into_error(self, what: String) -> Error {
         match self {
-            LookupError::Kernel(errno) => {
-                let mut msg = netlink_packet_core::ErrorMessage::default();
-                msg.code = std::num::NonZeroI32::new(-errno);
-                Error::netlink(what, rtnetlink::Error::NetlinkError(msg))
-            }
+            LookupError::Kernel(errno) => Error::netlink(what, errno),
             LookupError::Io(e) => Error::io(what, e),
         }
     }
@@ -421,7 +303,10 @@ const RTM_DELLINK: u16 = 17;
 const RTM_GETLINK: u16 = 18;
 const RTM_SETLINK: u16 = 19;
 const RTM_NEWADDR: u16 = 20;
+const RTM_DELADDR: u16 = 21;
+const RTM_GETADDR: u16 = 22;
 const RTM_NEWROUTE: u16 = 24;
+const RTM_GETROUTE: u16 = 26;
 const RTM_NEWRULE: u16 = 32;
 const RTM_DELRULE: u16 = 33;
 const RTM_GETRULE: u16 = 34;
@@ -441,6 +326,12 @@ const FR_ACT_TO_TBL: u8 = 1;
 const IFA_ADDRESS: u16 = 1;
 const IFA_LOCAL: u16 = 2;
 const IFA_BROADCAST: u16 = 4;
+const IFA_FLAGS: u16 = 8;
+/// struct ifaddrmsg: family, prefixlen, flags, scope, index.
+const IFADDRMSG_LEN: usize = 8;
+/// struct rtmsg: family, dst_len, src_len, tos, table, protocol, scope, type, flags.
+const RTMSG_LEN: usize = 12;
+const RTNLGRP_IPV6_IFADDR: u32 = 9;
 const RTA_DST: u16 = 1;
 const RTA_OIF: u16 = 4;
 const RTA_GATEWAY: u16 = 5;
@@ -470,7 +361,8 @@ const IFF_UP: u32 = 1;
 const NLA_TYPE_MASK: u16 = 0x3fff;
 
 impl RouteSocket {
-    fn open() -> std::io::Result<RouteSocket> {
+    /// A socket in the calling thread's namespace, as an I/O result (for a thread in a pod).
+    pub fn open() -> std::io::Result<RouteSocket> {
         let mut socket = netlink_sys::Socket::new(netlink_sys::protocols::NETLINK_ROUTE)?;
         socket.bind_auto()?;
         socket.connect(&netlink_sys::SocketAddr::new(0, 0))?;
@@ -518,10 +410,7 @@ impl RouteSocket {
             &RTEXT_FILTER_SKIP_STATS.to_ne_bytes(),
         );
         let replies = self
-            .exchange(
-                request(RTM_GETLINK, netlink_packet_core::NLM_F_DUMP, &body),
-                RTM_NEWLINK,
-            )
+            .dump(RTM_GETLINK, &body, RTM_NEWLINK)
             .map_err(|e| e.into_error("cannot list links".into()))?;
         Ok(replies.iter().filter_map(|p| parse_link_reply(p)).collect())
     }
@@ -686,25 +575,102 @@ impl RouteSocket {
 
     /// The policy rules of every family (one RTM_GETRULE dump with AF_UNSPEC) that look up
     /// `table`.
-    pub fn rules_in_table(&self, table: u32) -> Result<Vec<RawRule>> {
-        let request = request(
-            RTM_GETRULE,
-            netlink_packet_core::NLM_F_DUMP,
-            &[0u8; FIB_RULE_HDR_LEN],
-        );
+    pub fn rules_in_table(&self, table: u32) -> Result<Vec<Rule>> {
+        let mut rules = self.rules_of(libc::AF_UNSPEC)?;
+        rules.retain(|rule| rule.table == table);
+        Ok(rules)
+    }
+
+    /// The policy rules of one family.
+    pub fn rules(&self, v6: bool) -> Result<Vec<Rule>> {
+        self.rules_of(if v6 { libc::AF_INET6 } else { libc::AF_INET })
+    }
+
+    fn rules_of(&self, family: i32) -> Result<Vec<Rule>> {
+        let mut header = [0u8; FIB_RULE_HDR_LEN];
+        header[0] = family as u8;
         let replies = self
-            .exchange(request, RTM_NEWRULE)
+            .dump(RTM_GETRULE, &header, RTM_NEWRULE)
             .map_err(|e| e.into_error("cannot list policy rules".into()))?;
-        Ok(replies
+        Ok(replies.into_iter().filter_map(parse_rule_reply).collect())
+    }
+
+    /// Every address of this socket's namespace, with its flags.
+    pub fn all_addresses(&self) -> Result<Vec<Addr>> {
+        self.addresses_of(libc::AF_UNSPEC)
+            .map_err(|e| e.into_error("cannot list addresses".into()))
+    }
+
+    /// The addresses of link `index`.
+    pub fn addresses(&self, index: u32) -> Result<Vec<IpNetwork>> {
+        let all = self
+            .addresses_of(libc::AF_UNSPEC)
+            .map_err(|e| e.into_error(format!("cannot list the addresses of link #{index}")))?;
+        Ok(all
             .into_iter()
-            .filter_map(parse_rule_reply)
-            .filter(|rule| rule.table == table)
+            .filter(|a| a.index == index)
+            .filter_map(|a| IpNetwork::new(a.ip, a.prefix).ok())
+            .collect())
+    }
+
+    /// The IPv6 addresses of link `index`, with their flags.
+    pub fn addresses6(&self, index: u32) -> Result<Vec<Addr6>> {
+        let all = self.addresses_of(libc::AF_INET6).map_err(|e| {
+            e.into_error(format!("cannot list the IPv6 addresses of link #{index}"))
+        })?;
+        Ok(all
+            .into_iter()
+            .filter_map(Addr::v6)
+            .filter(|a| a.index == index)
+            .collect())
+    }
+
+    /// One RTM_GETADDR dump of `family` (the kernel filters by family; the caller by link).
+    fn addresses_of(&self, family: i32) -> std::result::Result<Vec<Addr>, LookupError> {
+        let header = [family as u8, 0, 0, 0, 0, 0, 0, 0];
+        let replies = self.dump(RTM_GETADDR, &header, RTM_NEWADDR)?;
+        Ok(replies.iter().filter_map(|p| parse_addr_reply(p)).collect())
+    }
+
+    /// The IPv6 default router learned on link `index` (from router advertisements), if any.
+    pub fn default_router6(&self, index: u32) -> Result<Option<std::net::Ipv6Addr>> {
+        Ok(self
+            .routes(true)?
+            .into_iter()
+            .find_map(|r| match (r.dst.prefix(), r.oif, r.gateway) {
+                (0, Some(oif), Some(IpAddr::V6(gw))) if oif == index => Some(gw),
+                _ => None,
+            }))
+    }
+
+    /// The destinations of the routes of `family` in `table` (`0.0.0.0/0` or `::/0` for a
+    /// default route).
+    pub fn table_destinations(&self, table: u32, v6: bool) -> Result<Vec<IpNetwork>> {
+        Ok(self
+            .routes(v6)?
+            .into_iter()
+            .filter(|r| r.table == table)
+            .map(|r| r.dst)
+            .collect())
+    }
+
+    /// Every route of one family, of every table.
+    fn routes(&self, v6: bool) -> Result<Vec<Route>> {
+        let family = if v6 { libc::AF_INET6 } else { libc::AF_INET };
+        let mut header = [0u8; RTMSG_LEN];
+        header[0] = family as u8;
+        let replies = self
+            .dump(RTM_GETROUTE, &header, RTM_NEWROUTE)
+            .map_err(|e| e.into_error("cannot list routes".into()))?;
+        Ok(replies
+            .iter()
+            .filter_map(|p| parse_route_reply(p))
             .collect())
     }
 
     /// Deletes a rule by sending its message back as RTM_DELRULE (as `ip rule flush` does);
     /// one already gone is not an error.
-    pub fn delete_rule(&self, rule: &RawRule) -> Result<()> {
+    pub fn delete_rule(&self, rule: &Rule) -> Result<()> {
         let request = request(RTM_DELRULE, netlink_packet_core::NLM_F_ACK, &rule.message);
         match self.exchange(request, 0) {
             Err(LookupError::Kernel(errno)) if errno == libc::ENOENT => Ok(()),
@@ -726,6 +692,20 @@ impl RouteSocket {
             Err(e) => Err(e.into_error(format!("cannot delete link #{index}"))),
             Ok(_) => Ok(()),
         }
+    }
+
+    /// A dump: `header` (the family's fixed header, for the kernel's family filter) as the
+    /// request, the payloads of the replies of type `reply_type` as the answer.
+    fn dump(
+        &self,
+        msg_type: u16,
+        header: &[u8],
+        reply_type: u16,
+    ) -> std::result::Result<Vec<Vec<u8>>, LookupError> {
+        self.exchange(
+            request(msg_type, netlink_packet_core::NLM_F_DUMP, header),
+            reply_type,
+        )
     }
 
     /// Sends a request that the kernel answers with an ACK or an error.
@@ -782,24 +762,18 @@ fn collect(
     reply_type: u16,
     out: &mut Vec<Vec<u8>>,
 ) -> std::result::Result<bool, LookupError> {
-    let mut rest = buf;
-    while rest.len() >= NLMSG_HDRLEN {
-        let len = u32_at(rest, 0) as usize;
-        if len < NLMSG_HDRLEN || len > rest.len() {
-            return Err(malformed("message length out of bounds"));
-        }
-        let (msg_type, flags, msg_seq) = (u16_at(rest, 4), u16_at(rest, 6), u32_at(rest, 8));
-        let payload = &rest[NLMSG_HDRLEN..len];
-        rest = &rest[len.next_multiple_of(4).min(rest.len())..];
-        if msg_seq != seq {
+    for message in messages(buf) {
+        let message = message?;
+        if message.seq != seq {
             continue;
         }
         let code = || {
-            payload
+            message
+                .payload
                 .get(..4)
                 .map(|b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
         };
-        match msg_type {
+        match message.msg_type {
             NLMSG_ERROR => {
                 return match code() {
                     Some(0) => Ok(true),
@@ -815,8 +789,8 @@ fn collect(
                 }
             }
             t if t == reply_type && reply_type != 0 => {
-                out.push(payload.to_vec());
-                if flags & NLM_F_MULTI == 0 {
+                out.push(message.payload.to_vec());
+                if message.flags & NLM_F_MULTI == 0 {
                     return Ok(true);
                 }
             }
@@ -824,6 +798,36 @@ fn collect(
         }
     }
     Ok(false)
+}
+
+/// One netlink message of a datagram.
+struct Message<'a> {
+    msg_type: u16,
+    flags: u16,
+    seq: u32,
+    payload: &'a [u8],
+}
+
+/// The messages of a datagram; a length out of bounds is an error and ends it.
+fn messages(mut buf: &[u8]) -> impl Iterator<Item = std::result::Result<Message<'_>, LookupError>> {
+    std::iter::from_fn(move || {
+        if buf.len() < NLMSG_HDRLEN {
+            return None;
+        }
+        let len = u32_at(buf, 0) as usize;
+        if len < NLMSG_HDRLEN || len > buf.len() {
+            buf = &[];
+            return Some(Err(malformed("message length out of bounds")));
+        }
+        let message = Message {
+            msg_type: u16_at(buf, 4),
+            flags: u16_at(buf, 6),
+            seq: u32_at(buf, 8),
+            payload: &buf[NLMSG_HDRLEN..len],
+        };
+        buf = &buf[len.next_multiple_of(4).min(buf.len())..];
+        Some(Ok(message))
+    })
 }
 
 /// A request: `nlmsghdr` (sequence number 0 until [`RouteSocket::exchange`] sets it) and
@@ -840,28 +844,18 @@ fn request(msg_type: u16, flags: u16, body: &[u8]) -> Vec<u8> {
 
 /// The table (FRA_TABLE, else the header's 8-bit field) and source (FRA_SRC) of an RTM_NEWRULE
 /// payload, kept with the payload; None when it is shorter than its header.
-fn parse_rule_reply(payload: Vec<u8>) -> Option<RawRule> {
+fn parse_rule_reply(payload: Vec<u8>) -> Option<Rule> {
     let (family, header_table) = (*payload.first()?, u32::from(*payload.get(4)?));
     let mut table = header_table;
     let mut source = None;
     for (kind, value) in attributes(payload.get(FIB_RULE_HDR_LEN..)?) {
         match kind {
             FRA_TABLE if value.len() == 4 => table = u32_at(value, 0),
-            FRA_SRC => {
-                source = match (i32::from(family), value.len()) {
-                    (libc::AF_INET, 4) => {
-                        Some(IpAddr::from(<[u8; 4]>::try_from(value).expect("4 bytes")))
-                    }
-                    (libc::AF_INET6, 16) => {
-                        Some(IpAddr::from(<[u8; 16]>::try_from(value).expect("16 bytes")))
-                    }
-                    _ => None,
-                }
-            }
+            FRA_SRC => source = ip_of(i32::from(family), value),
             _ => {}
         }
     }
-    Some(RawRule {
+    Some(Rule {
         table,
         source,
         message: payload,
@@ -895,6 +889,82 @@ fn family_and_bytes(addr: IpAddr) -> (u8, Vec<u8>) {
 /// iproute2 sends it); the 32-bit attribute (RTA_TABLE, FRA_TABLE) always follows.
 fn header_table(table: u32) -> u8 {
     u8::try_from(table).unwrap_or(0)
+}
+
+/// An address of an RTM_NEWADDR or RTM_DELADDR payload (`ifaddrmsg`, then attributes):
+/// IFA_LOCAL (the local end of a point-to-point link), else IFA_ADDRESS; the 32-bit IFA_FLAGS,
+/// which carries what the header's 8 bits cannot (e.g. MANAGETEMPADDR), else the header's.
+fn parse_addr_reply(payload: &[u8]) -> Option<Addr> {
+    let header = payload.get(..IFADDRMSG_LEN)?;
+    let (family, prefix) = (i32::from(header[0]), header[1]);
+    let mut flags = AddressFlags::from_bits_retain(u32::from(header[2]));
+    let (mut address, mut local) = (None, None);
+    for (kind, value) in attributes(&payload[IFADDRMSG_LEN..]) {
+        match kind {
+            IFA_ADDRESS => address = ip_of(family, value),
+            IFA_LOCAL => local = ip_of(family, value),
+            IFA_FLAGS if value.len() == 4 => {
+                flags = AddressFlags::from_bits_retain(u32_at(value, 0))
+            }
+            _ => {}
+        }
+    }
+    Some(Addr {
+        index: u32_at(header, 4),
+        ip: local.or(address)?,
+        prefix,
+        flags,
+    })
+}
+
+/// A route as the plugin reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Route {
+    /// RTA_DST with the header's prefix length; the unspecified address when absent (a
+    /// default route).
+    dst: IpNetwork,
+    table: u32,
+    oif: Option<u32>,
+    gateway: Option<IpAddr>,
+}
+
+/// The [`Route`] of an RTM_NEWROUTE payload (`rtmsg`, then attributes): the table is RTA_TABLE,
+/// else the header's 8-bit field. None for a family other than IPv4 and IPv6.
+fn parse_route_reply(payload: &[u8]) -> Option<Route> {
+    let header = payload.get(..RTMSG_LEN)?;
+    let (family, dst_len) = (i32::from(header[0]), header[1]);
+    let unspecified = match family {
+        libc::AF_INET => IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+        libc::AF_INET6 => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
+        _ => return None,
+    };
+    let mut route = Route {
+        dst: IpNetwork::new(unspecified, 0).ok()?,
+        table: u32::from(header[4]),
+        oif: None,
+        gateway: None,
+    };
+    let mut dst = unspecified;
+    for (kind, value) in attributes(&payload[RTMSG_LEN..]) {
+        match kind {
+            RTA_DST => dst = ip_of(family, value)?,
+            RTA_OIF if value.len() == 4 => route.oif = Some(u32_at(value, 0)),
+            RTA_GATEWAY => route.gateway = ip_of(family, value),
+            RTA_TABLE if value.len() == 4 => route.table = u32_at(value, 0),
+            _ => {}
+        }
+    }
+    route.dst = IpNetwork::new(dst, dst_len).ok()?;
+    Some(route)
+}
+
+/// An address of `family` from an attribute's bytes; None when the length does not match.
+fn ip_of(family: i32, value: &[u8]) -> Option<IpAddr> {
+    match family {
+        libc::AF_INET => <[u8; 4]>::try_from(value).ok().map(IpAddr::from),
+        libc::AF_INET6 => <[u8; 16]>::try_from(value).ok().map(IpAddr::from),
+        _ => None,
+    }
 }
 
 /// RTM_GETLINK for `name`: an empty `ifinfomsg`, IFLA_IFNAME and IFLA_EXT_MASK.
@@ -992,77 +1062,59 @@ fn parse_link_reply(payload: &[u8]) -> Option<Link> {
     Some(link)
 }
 
-fn parse_link(msg: LinkMessage) -> Link {
-    let mut link = Link {
-        index: msg.header.index,
-        name: String::new(),
-        mtu: 0,
-        mac: Vec::new(),
-        admin_up: msg.header.flags.contains(LinkFlags::Up),
-        kind: None,
-        ipvlan_mode: None,
-        parent: None,
-        parent_elsewhere: false,
-        alias: None,
-    };
-    for attr in msg.attributes {
-        match attr {
-            LinkAttribute::IfName(n) => link.name = n,
-            LinkAttribute::Mtu(m) => link.mtu = m,
-            LinkAttribute::Address(a) => link.mac = a,
-            LinkAttribute::Link(p) => link.parent = Some(p),
-            LinkAttribute::LinkNetNsId(_) => link.parent_elsewhere = true,
-            LinkAttribute::IfAlias(a) => link.alias = Some(a),
-            LinkAttribute::LinkInfo(infos) => {
-                for info in infos {
-                    match info {
-                        LinkInfo::Kind(k) => link.kind = Some(k),
-                        LinkInfo::Data(InfoData::IpVlan(data)) => {
-                            for d in data {
-                                if let InfoIpVlan::Mode(m) = d {
-                                    link.ipvlan_mode = Some(m);
-                                }
-                            }
-                        }
-                        _ => {}
-                    }
-                }
-            }
-            _ => {}
-        }
-    }
-    link
-}
-
-fn parse_rule(message: RuleMessage) -> Rule {
-    let mut table = u32::from(message.header.table);
-    let mut source = None;
-    for attr in &message.attributes {
-        match attr {
-            RuleAttribute::Table(t) => table = *t,
-            RuleAttribute::Source(s) => source = Some(*s),
-            _ => {}
-        }
-    }
-    Rule { source, table }
-}
-
-fn route_table(msg: &netlink_packet_route::route::RouteMessage) -> u32 {
-    msg.attributes
-        .iter()
-        .find_map(|a| match a {
-            netlink_packet_route::route::RouteAttribute::Table(t) => Some(*t),
-            _ => None,
-        })
-        .unwrap_or(u32::from(msg.header.table))
-}
-
-/// The lookup socket's encoding and decoding, on hand-built messages (the privileged tests below
-/// run it against the kernel).
 #[cfg(test)]
 mod lookup_tests {
     use super::*;
     use netlink_packet_core::Parseable;
+    use netlink_packet_route::link::{
+        InfoData, InfoIpVlan, LinkAttribute, LinkFlags, LinkInfo, LinkMessage,
+    };
+
+    /// netlink-packet-route's decoding of a link, as the plugin's [`Link`]: the reference the
+    /// hand reader is compared with.
+    fn parse_link(msg: LinkMessage) -> Link {
+        let mut link = Link {
+            index: msg.header.index,
+            name: String::new(),
+            mtu: 0,
+            mac: Vec::new(),
+            admin_up: msg.header.flags.contains(LinkFlags::Up),
+            kind: None,
+            ipvlan_mode: None,
+            parent: None,
+            parent_elsewhere: false,
+            alias: None,
+        };
+        for attr in msg.attributes {
+            match attr {
+                LinkAttribute::IfName(n) => link.name = n,
+                LinkAttribute::Mtu(m) => link.mtu = m,
+                LinkAttribute::Address(a) => link.mac = a,
+                LinkAttribute::Link(p) => link.parent = Some(p),
+                LinkAttribute::LinkNetNsId(_) => link.parent_elsewhere = true,
+                LinkAttribute::IfAlias(a) => link.alias = Some(a),
+                LinkAttribute::LinkInfo(infos) => {
+                    for info in infos {
+                        match info {
+                            LinkInfo::Kind(k) => {
+                                link.kind = Some(InfoKind::from(k.to_string().as_str()))
+                            }
+                            LinkInfo::Data(InfoData::IpVlan(data)) => {
+                                for d in data {
+                                    if let InfoIpVlan::Mode(m) = d {
+                                        link.ipvlan_mode = Some(IpVlanMode::from(u16::from(m)));
+                                    }
+                                }
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        link
+    }
 
     fn nla(kind: u16, value: &[u8]) -> Vec<u8> {
         let mut a = Vec::new();
@@ -1249,6 +1301,123 @@ mod lookup_tests {
         assert_eq!((short_table.table, short_table.source), (252, None));
         assert!(parse_rule_reply(vec![2, 0, 0]).is_none());
     }
+
+    /// ifaddrmsg (family, prefix length, 8-bit flags, scope, index), then attributes.
+    fn addr_payload(family: u8, prefix: u8, flags: u8, index: u32, attrs: &[Vec<u8>]) -> Vec<u8> {
+        let mut p = vec![family, prefix, flags, 0];
+        p.extend_from_slice(&index.to_ne_bytes());
+        p.extend_from_slice(&attrs.concat());
+        p
+    }
+
+    #[test]
+    fn an_address_reads_its_flags_from_ifa_flags_and_prefers_the_local_end() {
+        let six: std::net::Ipv6Addr = "fd00:1::5".parse().unwrap();
+        // The 8-bit field says tentative; IFA_FLAGS (32 bits) also has MANAGETEMPADDR.
+        let payload = addr_payload(
+            10,
+            64,
+            0x40,
+            7,
+            &[
+                nla(IFA_ADDRESS, &six.octets()),
+                nla(IFA_FLAGS, &0x140u32.to_ne_bytes()),
+            ],
+        );
+        let addr = parse_addr_reply(&payload).expect("an address");
+        assert_eq!((addr.index, addr.ip, addr.prefix), (7, IpAddr::V6(six), 64));
+        assert!(addr
+            .flags
+            .contains(AddressFlags::TENTATIVE | AddressFlags::MANAGETEMPADDR));
+        // Without IFA_FLAGS, the header's; IFA_LOCAL wins over IFA_ADDRESS (a peer address).
+        let p2p = addr_payload(
+            2,
+            32,
+            0x80,
+            3,
+            &[
+                nla(IFA_ADDRESS, &[10, 0, 0, 2]),
+                nla(IFA_LOCAL, &[10, 0, 0, 1]),
+            ],
+        );
+        let addr = parse_addr_reply(&p2p).expect("an address");
+        assert_eq!(addr.ip, "10.0.0.1".parse::<IpAddr>().unwrap());
+        assert_eq!(addr.flags, AddressFlags::PERMANENT);
+        assert!(parse_addr_reply(&p2p[..7]).is_none());
+        // No address at all: nothing to report.
+        assert!(parse_addr_reply(&addr_payload(2, 24, 0, 3, &[])).is_none());
+    }
+
+    #[test]
+    fn notifications_become_address_events_and_ipv4_ones_are_left_out() {
+        let six: std::net::Ipv6Addr = "fe80::1".parse().unwrap();
+        let new6 = addr_payload(10, 64, 0x40, 4, &[nla(IFA_ADDRESS, &six.octets())]);
+        let new4 = addr_payload(2, 24, 0, 4, &[nla(IFA_ADDRESS, &[10, 0, 0, 1])]);
+        let datagram = [
+            message(RTM_NEWADDR, 0, 0, &new6),
+            message(RTM_NEWADDR, 0, 0, &new4),
+            message(RTM_DELADDR, 0, 0, &new6),
+            message(RTM_NEWLINK, 0, 0, &ipvlan_child()),
+        ]
+        .concat();
+        let want = Addr6 {
+            index: 4,
+            addr: six,
+            prefix: 64,
+            flags: AddressFlags::TENTATIVE,
+        };
+        assert_eq!(
+            address_events(&datagram),
+            [AddrEvent::New(want), AddrEvent::Del(want)]
+        );
+        // A truncated datagram yields what came before the cut.
+        let cut = &datagram[..datagram.len() - 3];
+        assert_eq!(address_events(cut).len(), 2);
+    }
+
+    #[test]
+    fn a_route_reads_its_destination_table_device_and_gateway() {
+        // rtmsg: AF_INET6, dst_len 0 (default), table RT_TABLE_MAIN in the 8-bit field.
+        let header = [10u8, 0, 0, 0, 254, 9, 0, 1, 0, 0, 0, 0];
+        let gw: std::net::Ipv6Addr = "fe80::1".parse().unwrap();
+        let default = [
+            header.to_vec(),
+            nla(RTA_OIF, &5u32.to_ne_bytes()),
+            nla(RTA_GATEWAY, &gw.octets()),
+            nla(RTA_TABLE, &254u32.to_ne_bytes()),
+        ]
+        .concat();
+        let route = parse_route_reply(&default).expect("a route");
+        assert_eq!(route.dst, "::/0".parse::<IpNetwork>().unwrap());
+        assert_eq!((route.table, route.oif), (254, Some(5)));
+        assert_eq!(route.gateway, Some(IpAddr::V6(gw)));
+        // IPv4, a /24 in table 10005 (only in RTA_TABLE).
+        let v4 = [
+            vec![2u8, 24, 0, 0, 0, 4, 253, 1, 0, 0, 0, 0],
+            nla(RTA_DST, &[10, 88, 0, 0]),
+            nla(RTA_TABLE, &10_005u32.to_ne_bytes()),
+        ]
+        .concat();
+        let route = parse_route_reply(&v4).expect("a route");
+        assert_eq!(route.dst, "10.88.0.0/24".parse::<IpNetwork>().unwrap());
+        assert_eq!(
+            (route.table, route.oif, route.gateway),
+            (10_005, None, None)
+        );
+        // Another family (AF_MPLS) is skipped.
+        assert!(parse_route_reply(&[28u8, 0, 0, 0, 254, 0, 0, 1, 0, 0, 0, 0]).is_none());
+    }
+
+    #[test]
+    fn a_table_above_255_goes_in_the_attribute_only() {
+        assert_eq!(header_table(254), 254);
+        assert_eq!(
+            header_table(10_005),
+            0,
+            "RT_TABLE_UNSPEC, the table in the attribute"
+        );
+        assert_eq!(c_string("net1"), b"net1\0");
+    }
 }
 
 /// Privileged: the verbs against the real kernel, in a namespace of their own on a Soft-RoCE
@@ -1298,14 +1467,12 @@ mod tests {
         std::env::var("ROCE_TEST_RAIL").unwrap_or_else(|_| "rdma2".into())
     }
 
-    #[tokio::test(flavor = "current_thread")]
+    #[test]
     #[ignore = "privileged: run in the VM by make vm-rust"]
-    async fn link_verbs_create_rename_up_alias_delete() {
+    fn link_verbs_create_rename_up_alias_delete() {
         let (t, ns) = TestNs::new("nlverbs1");
         let host = RouteSocket::current().unwrap();
         let pod = RouteSocket::open_in(&ns).unwrap();
-        // rtnetlink's decoding, to read back what the plain socket wrote.
-        let decoded = Netlink::in_netns(&ns).unwrap();
         let master = host.link_by_name(&rail()).unwrap().expect("the rail");
         assert!(host.link_by_name("nlv-nothing").unwrap().is_none());
 
@@ -1314,13 +1481,9 @@ mod tests {
         // Created straight in the pod: never in the host.
         assert!(host.link_by_name("nlv0").unwrap().is_none());
         let child = pod.link_by_name("nlv0").unwrap().expect("the child");
+        // The dump reads the link as the lookup by name does.
         assert_eq!(
-            decoded
-                .links()
-                .await
-                .unwrap()
-                .iter()
-                .find(|l| l.index == child.index),
+            pod.links().unwrap().iter().find(|l| l.index == child.index),
             Some(&child)
         );
         assert_eq!(child.kind, Some(InfoKind::IpVlan));
@@ -1354,7 +1517,6 @@ mod tests {
         let links = pod.links().unwrap();
         let names: Vec<&str> = links.iter().map(|l| l.name.as_str()).collect();
         assert_eq!(names, ["lo", "nlv1"]);
-        assert_eq!(links, decoded.links().await.unwrap());
 
         pod.delete_link(child.index).unwrap();
         assert!(pod.link_by_name("nlv1").unwrap().is_none());
@@ -1363,14 +1525,14 @@ mod tests {
         pod.delete_link(child.index).unwrap();
     }
 
-    #[tokio::test(flavor = "current_thread")]
+    #[test]
     #[ignore = "privileged: run in the VM by make vm-rust"]
-    async fn address_route_and_rule_verbs() {
+    fn address_route_and_rule_verbs() {
         let (t, ns) = TestNs::new("nlverbs2");
         let host = RouteSocket::current().unwrap();
         let plain = RouteSocket::open_in(&ns).unwrap();
-        // rtnetlink's decoding, to read back what the plain socket wrote.
-        let pod = Netlink::in_netns(&ns).unwrap();
+        // A second socket in the pod, for the reads.
+        let pod = RouteSocket::open_in(&ns).unwrap();
         let master = host.link_by_name(&rail()).unwrap().expect("the rail");
         host.create_ipvlan_l2("nlv2", master.index, None, &ns)
             .unwrap();
@@ -1384,10 +1546,10 @@ mod tests {
         let err = plain.add_address(child.index, v4).unwrap_err();
         assert_eq!(err.netlink_errno(), Some(libc::EEXIST), "{err}");
         plain.set_up(child.index).unwrap();
-        let mut addrs = pod.addresses(child.index).await.unwrap();
+        let mut addrs = pod.addresses(child.index).unwrap();
         addrs.retain(|a| !matches!(a, IpNetwork::V6(n) if n.ip().segments()[0] == 0xfe80));
         assert_eq!(addrs, [v4, v6]);
-        let six = pod.addresses6(child.index).await.unwrap();
+        let six = pod.addresses6(child.index).unwrap();
         assert!(
             six.iter()
                 .any(|a| IpAddr::V6(a.addr) == v6.ip() && a.prefix == 64),
@@ -1427,16 +1589,13 @@ mod tests {
                 None,
             )
             .unwrap();
-        assert_eq!(
-            pod.table_destinations(table, true).await.unwrap(),
-            [v6_route]
-        );
+        assert_eq!(pod.table_destinations(table, true).unwrap(), [v6_route]);
         // A gateway of the other family is refused before anything is sent.
         let err = plain
             .add_route(table, v6_route, Some(gw), child.index, None)
             .unwrap_err();
         assert!(matches!(err, Error::InvalidConfig(_)), "{err}");
-        let mut dsts = pod.table_destinations(table, false).await.unwrap();
+        let mut dsts = pod.table_destinations(table, false).unwrap();
         dsts.sort();
         let want: Vec<IpNetwork> = vec![
             "0.0.0.0/0".parse().unwrap(),
@@ -1468,7 +1627,6 @@ mod tests {
         for (family6, source) in [(false, v4.ip()), (true, v6.ip())] {
             let ours: Vec<Rule> = pod
                 .rules(family6)
-                .await
                 .unwrap()
                 .into_iter()
                 .filter(|r| r.table == table)
@@ -1477,22 +1635,13 @@ mod tests {
             assert_eq!(ours[0].source, Some(source));
             plain.delete_rules_from(source, table).unwrap();
             plain.delete_rules_from(source, table).unwrap(); // already gone
-            assert!(pod
-                .rules(family6)
-                .await
-                .unwrap()
-                .iter()
-                .all(|r| r.table != table));
+            assert!(pod.rules(family6).unwrap().iter().all(|r| r.table != table));
         }
         assert!(!t.ip(&["-6", "rule", "show"]).contains(&table.to_string()));
 
         // The table's routes go with the link.
         plain.delete_link(child.index).unwrap();
-        assert!(pod
-            .table_destinations(table, false)
-            .await
-            .unwrap()
-            .is_empty());
+        assert!(pod.table_destinations(table, false).unwrap().is_empty());
     }
 
     /// DEL's verbs on the plain socket: the child by name, its rules of both families from one
@@ -1548,5 +1697,55 @@ mod tests {
         assert!(plain.link_by_name("nlv3").unwrap().is_none());
         assert_eq!(t.ip(&["-o", "link", "show"]).lines().count(), 1, "only lo");
         plain.delete_link(child.index).unwrap(); // already gone
+    }
+
+    /// The address subscription: an address added after it arrives as an event of its link,
+    /// its removal too, and a quiet socket returns at the deadline.
+    #[test]
+    #[ignore = "privileged: run in the VM by make vm-rust"]
+    fn address_events_follow_the_pod_and_stop_at_the_deadline() {
+        let (_t, ns) = TestNs::new("nlverbs4");
+        let host = RouteSocket::current().unwrap();
+        let master = host.link_by_name(&rail()).unwrap().expect("the rail");
+        let (mut events, plain) = AddrEvents::subscribe_with(&ns, RouteSocket::open).unwrap();
+        let plain = plain.unwrap();
+        host.create_ipvlan_l2("nlv4", master.index, None, &ns)
+            .unwrap();
+        let child = plain.link_by_name("nlv4").unwrap().unwrap();
+        let v6: IpNetwork = "fd00:90::5/64".parse().unwrap();
+        plain.add_address(child.index, v6).unwrap();
+        let deadline = Instant::now() + std::time::Duration::from_secs(5);
+        let seen = loop {
+            match events.next_until(deadline).unwrap() {
+                Some(AddrEvent::New(a)) if IpAddr::V6(a.addr) == v6.ip() => break a,
+                Some(_) => {}
+                None => panic!("no event for {v6} within 5 s"),
+            }
+        };
+        assert_eq!((seen.index, seen.prefix), (child.index, 64));
+        assert_eq!(
+            plain
+                .addresses6(child.index)
+                .unwrap()
+                .iter()
+                .find(|a| a.addr == seen.addr),
+            Some(&seen),
+            "the dump reads the address as the event does"
+        );
+        plain.delete_link(child.index).unwrap();
+        let deadline = Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            match events.next_until(deadline).unwrap() {
+                Some(AddrEvent::Del(a)) if a.addr == seen.addr => break,
+                Some(_) => {}
+                None => panic!("no removal of {v6} within 5 s"),
+            }
+        }
+        let start = Instant::now();
+        let quiet = events
+            .next_until(start + std::time::Duration::from_millis(200))
+            .unwrap();
+        assert_eq!(quiet, None);
+        assert!(start.elapsed() >= std::time::Duration::from_millis(200));
     }
 }

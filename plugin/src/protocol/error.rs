@@ -35,12 +35,9 @@ pub enum Error {
     #[error("{0}")]
     NoRdmaPort(String),
 
-    /// 102: a netlink request failed.
-    #[error("{what}: {source}")]
-    Netlink {
-        what: String,
-        source: rtnetlink::Error,
-    },
+    /// 102: the kernel refused a netlink request with `errno`.
+    #[error("{what}: {}", std::io::Error::from_raw_os_error(*errno))]
+    Netlink { what: String, errno: i32 },
 
     /// A failed ADD that could not take back every step: the failure (its code and message), and
     /// each undo step that failed too, which go to the CNI error's `details`, so that what was
@@ -143,17 +140,17 @@ impl Error {
         }
     }
 
-    pub fn netlink(what: impl Into<String>, source: rtnetlink::Error) -> Self {
+    pub fn netlink(what: impl Into<String>, errno: i32) -> Self {
         Error::Netlink {
             what: what.into(),
-            source,
+            errno,
         }
     }
 
     /// The errno of a netlink failure, if the kernel sent one.
     pub fn netlink_errno(&self) -> Option<i32> {
         match self {
-            Error::Netlink { source, .. } => netlink_errno(source),
+            Error::Netlink { errno, .. } => Some(*errno),
             _ => None,
         }
     }
@@ -170,7 +167,9 @@ impl Error {
 
     fn details(&self) -> String {
         match self {
-            Error::Netlink { source, .. } => source.to_string(),
+            Error::Netlink { errno, .. } => {
+                format!("{:?} (errno {errno})", nix::errno::Errno::from_raw(*errno))
+            }
             Error::Io { source, .. } => source.to_string(),
             Error::Unwound { cause, failed_undo } => {
                 let mut parts: Vec<String> = Some(cause.details())
@@ -186,14 +185,6 @@ impl Error {
             }
             _ => String::new(),
         }
-    }
-}
-
-/// The errno carried by a netlink error reply (positive, e.g. libc::EEXIST).
-pub fn netlink_errno(err: &rtnetlink::Error) -> Option<i32> {
-    match err {
-        rtnetlink::Error::NetlinkError(msg) => msg.code.map(|c| -c.get()),
-        _ => None,
     }
 }
 
@@ -253,7 +244,7 @@ mod tests {
 
     #[test]
     fn failed_undo_steps_are_in_the_details_and_the_cause_keeps_code_and_message() {
-        let cause = Error::netlink("cannot add rule", rtnetlink::Error::RequestFailed);
+        let cause = Error::netlink("cannot add rule", libc::EEXIST);
         let cause_details = cause.to_cni("1.0.0").details;
         let err = Error::Unwound {
             cause: Box::new(cause),

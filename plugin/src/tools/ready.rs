@@ -14,7 +14,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::kernel::netlink::{self, Netlink};
+use crate::kernel::netlink::RouteSocket;
 use crate::kernel::rdma::{self, NetnsMode, RdmaPort, Sysfs};
 use crate::tools::cli::{self, Long, Parsed, Short};
 
@@ -188,20 +188,16 @@ fn link_layer(port: &RdmaPort) -> Option<String> {
 fn links_up<'a>(names: impl Iterator<Item = &'a str>) -> Vec<Option<bool>> {
     let names: Vec<&str> = names.collect();
     let count = names.len();
-    netlink::block_on(async {
-        let Ok(host) = Netlink::current() else {
-            return vec![None; count];
-        };
-        let mut out = Vec::new();
-        for name in names {
-            out.push(match host.link_by_name(name).await {
-                Ok(Some(link)) => Some(link.admin_up),
-                _ => None,
-            });
-        }
-        out
-    })
-    .unwrap_or_else(|_| vec![None; count])
+    let Ok(host) = RouteSocket::current() else {
+        return vec![None; count];
+    };
+    names
+        .into_iter()
+        .map(|name| match host.link_by_name(name) {
+            Ok(Some(link)) => Some(link.admin_up),
+            _ => None,
+        })
+        .collect()
 }
 
 fn binary_facts(installed: &Path) -> BinaryFacts {

@@ -13,13 +13,12 @@ use std::io;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
-use netlink_packet_route::address::AddressFlags;
 use nix::sys::stat::fstat;
 
 use super::snapshot::{
     Address, Device, HostLink, HostView, IbCoreFacts, Netdev, NetnsModeName, Port, Snapshot,
 };
-use crate::kernel::netlink::{self, Netlink};
+use crate::kernel::netlink::{AddressFlags, RouteSocket};
 use crate::kernel::netns::Netns;
 use crate::kernel::rdma::{self, NetnsMode, RdmaPort, Sysfs};
 use crate::protocol::error::Result;
@@ -70,14 +69,8 @@ pub fn gather(target: &Target) -> Result<Snapshot> {
     };
 
     let (netns_mode, devices) = ns.run(|| rdma_view(&mut errors))?;
-    let (netdevs, host_links) = netlink::block_on(async {
-        let netdevs = netdevs_in(&ns).await;
-        let host_links = match &host_ns {
-            Some(host_ns) => Some(netdevs_in(host_ns).await),
-            None => None,
-        };
-        (netdevs, host_links)
-    })?;
+    let netdevs = netdevs_in(&ns);
+    let host_links = host_ns.as_ref().map(netdevs_in);
     let netdevs = netdevs.unwrap_or_else(|err| {
         errors.push(format!("listing the netdevs of the target: {err}"));
         Vec::new()
@@ -240,10 +233,10 @@ fn sysfs_ports(
 }
 
 /// Every link of `ns` with its addresses (and their DAD flags), on a socket inside `ns`.
-async fn netdevs_in(ns: &Netns) -> Result<Vec<Netdev>> {
-    let nl = Netlink::in_netns(ns)?;
-    let links = nl.links().await?;
-    let addrs = nl.all_addresses().await?;
+fn netdevs_in(ns: &Netns) -> Result<Vec<Netdev>> {
+    let nl = RouteSocket::open_in(ns)?;
+    let links = nl.links()?;
+    let addrs = nl.all_addresses()?;
     let mut netdevs: Vec<Netdev> = links
         .into_iter()
         .map(|link| Netdev {
@@ -264,9 +257,9 @@ async fn netdevs_in(ns: &Netns) -> Result<Vec<Netdev>> {
         netdev.addresses.push(Address {
             ip: addr.ip,
             prefix: addr.prefix,
-            tentative: addr.flags.contains(AddressFlags::Tentative),
-            dadfailed: addr.flags.contains(AddressFlags::Dadfailed),
-            permanent: addr.flags.contains(AddressFlags::Permanent),
+            tentative: addr.flags.contains(AddressFlags::TENTATIVE),
+            dadfailed: addr.flags.contains(AddressFlags::DADFAILED),
+            permanent: addr.flags.contains(AddressFlags::PERMANENT),
         });
     }
     Ok(netdevs)
