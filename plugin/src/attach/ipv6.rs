@@ -511,9 +511,9 @@ pub fn check(
     let table = routing::table_for(child);
     let source = IpAddr::V6(gid);
     if pod
-        .rules(true)?
+        .rules_in_table(table)?
         .iter()
-        .any(|r| r.table == table && r.source == Some(source))
+        .any(|r| r.source == Some(source))
     {
         return Ok(None);
     }

@@ -120,12 +120,10 @@ pub fn check(env: &Env, conf: &NetConf) -> Result<()> {
         .collect();
     let plan = routing::plan(child.index, &ips, &prev.routes, conf.source_routing);
     if let Some(table) = plan.table {
+        // One dump of both families' rules.
+        let rules = pod.rules_in_table(table)?;
         for source in &plan.rules {
-            if !pod
-                .rules(source.is_ipv6())?
-                .iter()
-                .any(|r| r.table == table && r.source == Some(*source))
-            {
+            if !rules.iter().any(|r| r.source == Some(*source)) {
                 return differs(format!(
                     "expected rule \"from {source} lookup {table}\", found none"
                 ));

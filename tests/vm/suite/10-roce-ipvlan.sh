@@ -116,6 +116,20 @@ test_check_detects_changed_sysctl() {
 	assert_eq "$(host_local_ips chk-sysctl)" "" "host-local allocations after DEL"
 }
 
+test_check_detects_removed_rule() {
+	require_plugin
+	local cidr table
+	cidr=$(add_one chk-rule rdma2 10.9.23.0/24 chkrule)
+	table=$((10000 + $(in_pod chkrule cat /sys/class/net/net1/ifindex)))
+	assert_ok cnidriver check /tmp/chk-rule.conf /run/netns/chkrule
+	in_pod chkrule ip rule del from "${cidr%/*}" lookup "$table"
+	assert_fails cnidriver check /tmp/chk-rule.conf /run/netns/chkrule
+	assert_eq "$(cni_code "$OUT")" 107 "CHECK error code"
+	assert_match "$OUT $ERR" "from ${cidr%/*} lookup $table" "CHECK error names the missing rule"
+	assert_ok cnidriver del /tmp/chk-rule.conf /run/netns/chkrule
+	assert_eq "$(host_local_ips chk-rule)" "" "host-local allocations after DEL"
+}
+
 test_del_after_netns_deleted() {
 	require_plugin
 	local cidr
