@@ -404,8 +404,6 @@ pub struct Slaac<'a> {
     conf: &'a SlaacConf,
     events: AddrEvents,
     socket: RsSocket,
-    /// The pod's socket for the address and route dumps of the wait.
-    pod: RouteSocket,
 }
 
 /// Subscribes to the pod's address events when the rail uses SLAAC (`None` when it does not).
@@ -414,19 +412,12 @@ pub fn subscribe<'a>(netns: &'a Netns, conf: &'a NetConf) -> Result<Option<Slaac
     let Some(slaac) = &conf.slaac else {
         return Ok(None);
     };
-    // One thread into the pod opens all three sockets (see RsSocket).
-    let (events, (socket, pod)) =
-        AddrEvents::subscribe_with(netns, || (RsSocket::open(), RouteSocket::open()))?;
+    // One thread into the pod opens both sockets (see RsSocket).
+    let (events, socket) = AddrEvents::subscribe_with(netns, RsSocket::open)?;
     Ok(Some(Slaac {
         conf: slaac,
         events,
         socket: socket?,
-        pod: pod.map_err(|e| {
-            Error::io(
-                format!("cannot open a netlink socket in {}", netns.path().display()),
-                e,
-            )
-        })?,
     }))
 }
 
@@ -440,8 +431,10 @@ pub struct Configured {
 /// ADD's IPv6 once the child is up: waits for the SLAAC address within its share of the ADD's
 /// budget, plans its routing, and puts it first in `result` (consumers often take ips[0] as
 /// "the" address; a failed ADD drops the result, so this may come before the routes are in).
+/// `pod` is ADD's socket in the pod, for the wait's dumps.
 pub fn configure(
     mut slaac: Slaac<'_>,
+    pod: &RouteSocket,
     child: &Link,
     rail: &str,
     conf: &NetConf,
@@ -457,7 +450,7 @@ pub fn configure(
     let solicit = |src| solicit_router(socket, child.index, &child.mac, src);
     let found = wait(
         &mut slaac.events,
-        &slaac.pod,
+        pod,
         child.index,
         rail,
         &slaac_conf,

@@ -287,7 +287,15 @@ fn build(r: &Ready<'_>, undo: &mut UndoStack<Step>) -> Result<Value> {
 
     let gid_addr = match slaac {
         Some(slaac) => {
-            let done = ipv6::configure(slaac, &child, &r.master.name, conf, r.budget, &mut result)?;
+            let done = ipv6::configure(
+                slaac,
+                pod,
+                &child,
+                &r.master.name,
+                conf,
+                r.budget,
+                &mut result,
+            )?;
             install_routes(r, undo, child.index, &done.routes)?;
             done.gid_addr
         }

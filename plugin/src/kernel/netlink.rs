@@ -403,14 +403,8 @@ impl RouteSocket {
 
     /// Every link of this socket's namespace (one RTM_GETLINK dump, without counters).
     pub fn links(&self) -> Result<Vec<Link>> {
-        let mut body = vec![0u8; IFINFOMSG_LEN];
-        attr(
-            &mut body,
-            IFLA_EXT_MASK,
-            &RTEXT_FILTER_SKIP_STATS.to_ne_bytes(),
-        );
         let replies = self
-            .dump(RTM_GETLINK, &body, RTM_NEWLINK)
+            .dump(RTM_GETLINK, &getlink_body(None), RTM_NEWLINK)
             .map_err(|e| e.into_error("cannot list links".into()))?;
         Ok(replies.iter().filter_map(|p| parse_link_reply(p)).collect())
     }
@@ -424,7 +418,6 @@ impl RouteSocket {
         mtu: Option<u32>,
         target: &Netns,
     ) -> Result<()> {
-        use std::os::fd::AsRawFd;
         let mut data = Vec::new();
         attr(&mut data, IFLA_IPVLAN_MODE, &IPVLAN_MODE_L2.to_ne_bytes());
         let mut info = Vec::new();
@@ -960,14 +953,22 @@ fn ip_of(family: i32, value: &[u8]) -> Option<IpAddr> {
 
 /// RTM_GETLINK for `name`: an empty `ifinfomsg`, IFLA_IFNAME and IFLA_EXT_MASK.
 fn getlink_request(name: &str) -> Vec<u8> {
+    request(RTM_GETLINK, 0, &getlink_body(Some(name)))
+}
+
+/// An RTM_GETLINK body: an empty `ifinfomsg`, IFLA_IFNAME for a lookup by name (none for a
+/// dump), and IFLA_EXT_MASK without the link's counters.
+fn getlink_body(name: Option<&str>) -> Vec<u8> {
     let mut body = vec![0u8; IFINFOMSG_LEN];
-    attr(&mut body, IFLA_IFNAME, &c_string(name));
+    if let Some(name) = name {
+        attr(&mut body, IFLA_IFNAME, &c_string(name));
+    }
     attr(
         &mut body,
         IFLA_EXT_MASK,
         &RTEXT_FILTER_SKIP_STATS.to_ne_bytes(),
     );
-    request(RTM_GETLINK, 0, &body)
+    body
 }
 
 fn u16_at(buf: &[u8], at: usize) -> u16 {
