@@ -220,6 +220,17 @@ impl<'a> Ipam<'a> {
             .stderr(Stdio::piped())
             // Its own group: a timeout kills whatever the IPAM plugin started, too.
             .process_group(0);
+        if command == "DEL" {
+            // The runtime's CNI_ARGS is passed on as it is, but at DEL without the entries
+            // host-local's LoadArgs would refuse it over: DEL tolerates a malformed one
+            // (cni.rs), and the address must still be released.
+            if let Some(raw) = std::env::var_os("CNI_ARGS") {
+                cmd.env(
+                    "CNI_ARGS",
+                    cni::well_formed_cni_args(&raw.to_string_lossy()),
+                );
+            }
+        }
         let parent = std::process::id();
         // SAFETY: between fork and exec the closure calls only prctl and getppid, which are
         // async-signal-safe, and touches no memory shared with the parent.

@@ -147,8 +147,12 @@ impl Env {
             _ => Some(PathBuf::from(required("CNI_NETNS")?)),
         };
         // Nothing reads CNI_ARGS (the rail comes from the configuration's "args"), but a
-        // malformed one is refused as the reference plugins' LoadArgs refuses it.
-        check_cni_args(&var("CNI_ARGS").unwrap_or_default())?;
+        // malformed one is refused as the reference plugins' LoadArgs refuses it; except at
+        // DEL, which must not strand the attachment over it (the reference plugins do not read
+        // it there; IPAM DEL gets only its well-formed entries, ipam.rs).
+        if command != Command::Del {
+            check_cni_args(&var("CNI_ARGS").unwrap_or_default())?;
+        }
         Ok(Env {
             command,
             container_id,
@@ -210,6 +214,16 @@ fn check_cni_args(raw: &str) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The `KEY=VALUE` entries of CNI_ARGS, without the malformed ones: what DEL passes on to
+/// IPAM DEL, whose own parser (host-local's LoadArgs) would refuse the whole list over one bad
+/// entry and leave the address allocated.
+pub fn well_formed_cni_args(raw: &str) -> String {
+    raw.split(';')
+        .filter(|kv| kv.split_once('=').is_some_and(|(k, _)| !k.is_empty()))
+        .collect::<Vec<_>>()
+        .join(";")
 }
 
 /// A version-neutral result: what IPAM returned plus what the plugin adds.
@@ -470,6 +484,32 @@ mod tests {
             env(&with_id("ADD", id)).unwrap();
         }
         assert!(!is_valid_name(""));
+    }
+
+    /// A malformed CNI_ARGS is refused (4) where the reference plugins refuse it, but never at
+    /// DEL, which would otherwise leave the child and the address (issue #25, item 3).
+    #[test]
+    fn malformed_cni_args_refused_except_at_del() {
+        for cmd in ["ADD", "CHECK", "DEL"] {
+            let vars: Vec<_> = ADD
+                .iter()
+                .map(|&(k, v)| if k == "CNI_COMMAND" { (k, cmd) } else { (k, v) })
+                .chain([("CNI_ARGS", "IgnoreUnknown=1;garbage")])
+                .collect();
+            match (cmd, env(&vars)) {
+                ("DEL", got) => assert_eq!(got.unwrap().command, Command::Del),
+                (_, got) => {
+                    let err = got.unwrap_err();
+                    assert_eq!(err.code(), 4, "{cmd}: {err}");
+                    assert!(err.to_string().contains("\"garbage\""), "{err}");
+                }
+            }
+        }
+        assert_eq!(
+            well_formed_cni_args("IgnoreUnknown=1;garbage;=x;;K8S_POD_NAME=a=b"),
+            "IgnoreUnknown=1;K8S_POD_NAME=a=b"
+        );
+        assert_eq!(well_formed_cni_args("garbage"), "");
     }
 
     #[test]
