@@ -235,7 +235,10 @@ impl Case {
     fn new(name: &str, subnet: &str) -> Case {
         let rail = rail();
         let rdma = rdma_dev_of(&rail);
-        let devinfo = PathBuf::from(format!("/run/k8s.cni.cncf.io/devinfo/cni/{name}-net1"));
+        // The name Multus gives it: <network>-<container id>_<ifname> (device_info.rs).
+        let devinfo = PathBuf::from(format!(
+            "/run/k8s.cni.cncf.io/devinfo/cni/{name}-fp-{name}_net1"
+        ));
         let _ = std::fs::remove_file(&devinfo);
         let _ = std::fs::remove_dir_all(format!("/var/lib/cni/networks/{name}"));
         let conf = json!({

@@ -19,23 +19,28 @@ use crate::protocol::error::{Error, Result};
 /// The device-info spec version written.
 pub const SPEC_VERSION: &str = "1.1.0";
 
-/// Where Multus (and device plugins) keep device-info files (device-info-spec; `/var/run` is
-/// `/run` on current distributions).
-const DEVINFO_DIRS: &[&str] = &[
-    "/var/run/k8s.cni.cncf.io/devinfo/",
-    "/run/k8s.cni.cncf.io/devinfo/",
+/// Where Multus keeps the device-info files it names per attachment: `cni/` of the
+/// device-info directory (device-info-spec; `/var/run` is `/run` on current distributions).
+/// Its sibling `dp/` holds the device plugins' files, under names anyone can predict
+/// (`<resource>-<pci>-device.json`): never ours to write or remove.
+const CNI_DEVINFO_DIRS: &[&str] = &[
+    "/var/run/k8s.cni.cncf.io/devinfo/cni",
+    "/run/k8s.cni.cncf.io/devinfo/cni",
 ];
 
-/// The CNIDeviceInfoFile path of `runtimeConfig`, checked: absolute, no `..`, a file name,
-/// inside [`DEVINFO_DIRS`].
+/// The CNIDeviceInfoFile path of `runtimeConfig`, checked: absolute, no `..`, a file directly
+/// in Multus's per-attachment directory ([`CNI_DEVINFO_DIRS`]). Whether it is this
+/// attachment's file is [`check_attachment`]'s to say (the configuration does not know the
+/// container).
 pub fn file_from_runtime_config(runtime_config: Option<&Value>) -> Result<Option<PathBuf>> {
     let Some(value) = runtime_config.and_then(|r| r.get("CNIDeviceInfoFile")) else {
         return Ok(None);
     };
     let bad = |why: &str| {
         Err(Error::InvalidConfig(format!(
-            "\"runtimeConfig.CNIDeviceInfoFile\" {value}: {why}; expected an absolute file path \
-             such as /var/run/k8s.cni.cncf.io/devinfo/cni/<unique-name> (set by Multus)"
+            "\"runtimeConfig.CNIDeviceInfoFile\" {value}: {why}; expected the file Multus names \
+             for this attachment, /var/run/k8s.cni.cncf.io/devinfo/cni/<network>-<container \
+             id>_<interface>: leave it to Multus (the NAD's CNIDeviceInfoFile capability)"
         )))
     };
     let Some(text) = value.as_str() else {
@@ -56,14 +61,39 @@ pub fn file_from_runtime_config(runtime_config: Option<&Value>) -> Result<Option
     }
     // ADD writes and DEL removes this file as root, and a NAD can carry its own
     // `runtimeConfig` (Multus replaces it only when the NAD declares the capability): confined
-    // to Multus's device-info directory, a NAD cannot make DEL delete /etc/shadow.
-    if !DEVINFO_DIRS
+    // to Multus's per-attachment directory, a NAD cannot make DEL delete /etc/shadow or a
+    // device plugin's file in dp/.
+    if !CNI_DEVINFO_DIRS
         .iter()
-        .any(|d| path.starts_with(d) && path != Path::new(d))
+        .any(|d| path.parent() == Some(Path::new(d)))
     {
-        return bad("outside Multus's device-info directory /var/run/k8s.cni.cncf.io/devinfo/");
+        return bad(
+            "not a file in Multus's per-attachment directory /var/run/k8s.cni.cncf.io/devinfo/cni/",
+        );
     }
     Ok(Some(path))
+}
+
+/// Whether `path` is the device-info file Multus names for this attachment. Multus
+/// (pkg/types/conf.go, delegateRuntimeConfig) names it `<network>-<container id>_<ifname>`
+/// with every `/` made `-` (network-attachment-definition-client's GetCNIDeviceInfoPath), the
+/// network being `<namespace>/<NAD>`: only the part after the network is this plugin's to
+/// check, and it is the container's and the interface's. Another pod's file (another container
+/// id) or another interface's is refused (7).
+pub fn check_attachment(path: &Path, container_id: &str, ifname: &str) -> Result<()> {
+    let suffix = format!("-{container_id}_{ifname}").replace('/', "-");
+    let name = path.file_name().map(|n| n.to_string_lossy());
+    match name {
+        Some(name) if name.len() > suffix.len() && name.ends_with(&suffix) => Ok(()),
+        _ => Err(Error::InvalidConfig(format!(
+            "\"runtimeConfig.CNIDeviceInfoFile\" {}: not this attachment's file: expected \
+             the name Multus gives it, <network>{suffix} (container {container_id:?}, \
+             interface {ifname:?}); another pod's or a device plugin's file is never written \
+             or removed. Leave CNIDeviceInfoFile to Multus (the NAD's CNIDeviceInfoFile \
+             capability) rather than setting it in the NAD's runtimeConfig",
+            path.display()
+        ))),
+    }
 }
 
 /// The device-info document for a rail: a new one, or `existing` with `rdma-device` added.
@@ -179,11 +209,12 @@ mod tests {
 
     #[test]
     fn path_from_runtime_config() {
-        let rc = json!({"CNIDeviceInfoFile": "/var/run/k8s.cni.cncf.io/devinfo/cni/abc-net1"});
+        let rc =
+            json!({"CNIDeviceInfoFile": "/var/run/k8s.cni.cncf.io/devinfo/cni/ns-rail-abc_net1"});
         assert_eq!(
             file_from_runtime_config(Some(&rc)).unwrap(),
             Some(PathBuf::from(
-                "/var/run/k8s.cni.cncf.io/devinfo/cni/abc-net1"
+                "/var/run/k8s.cni.cncf.io/devinfo/cni/ns-rail-abc_net1"
             ))
         );
         assert_eq!(file_from_runtime_config(None).unwrap(), None);
@@ -201,11 +232,42 @@ mod tests {
             json!("/a/"),
             json!("/etc/shadow"),
             json!("/var/run/k8s.cni.cncf.io/devinfo"),
+            json!("/var/run/k8s.cni.cncf.io/devinfo/x"),
+            // The device plugins' folder: names anyone can predict.
+            json!("/var/run/k8s.cni.cncf.io/devinfo/dp/nvidia.com-rdma-0000:3b:00.2-device.json"),
+            json!("/var/run/k8s.cni.cncf.io/devinfo/cni/sub/x"),
             json!(7),
         ] {
             let rc = json!({ "CNIDeviceInfoFile": bad });
             let err = file_from_runtime_config(Some(&rc)).unwrap_err();
             assert_eq!(err.code(), 7, "{err}");
+        }
+    }
+
+    /// Only the name Multus gives this attachment's file (issue #25, item 1): checked against
+    /// the name Multus builds, "<namespace>/<NAD>-<container id>_<ifname>" with '/' as '-'.
+    #[test]
+    fn only_this_attachments_file_is_accepted() {
+        let dir = Path::new("/var/run/k8s.cni.cncf.io/devinfo/cni");
+        let multus = |network: &str, cid: &str, ifname: &str| {
+            dir.join(format!("{network}-{cid}_{ifname}").replace('/', "-"))
+        };
+        let cid = "4f1c0a9e2b";
+        check_attachment(&multus("tenant-a/rail0", cid, "net1"), cid, "net1").unwrap();
+        check_attachment(&multus("rail0", cid, "net2"), cid, "net2").unwrap();
+        for (path, why) in [
+            (multus("tenant-a/rail0", "77aa00", "net1"), "another pod's"),
+            (multus("tenant-a/rail0", cid, "net2"), "another interface's"),
+            (dir.join(format!("-{cid}_net1x")), "a longer interface"),
+            (dir.join(format!("-{cid}_net1")), "no network part"),
+            (
+                dir.join("nvidia.com-rdma-0000:3b:00.2-device.json"),
+                "a device plugin's name",
+            ),
+        ] {
+            let err = check_attachment(&path, cid, "net1").unwrap_err();
+            assert_eq!(err.code(), 7, "{why}: {err}");
+            assert!(err.to_string().contains(&format!("-{cid}_net1")), "{err}");
         }
     }
 

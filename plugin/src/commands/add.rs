@@ -116,6 +116,9 @@ pub fn add(env: &Env, conf: &NetConf) -> Result<Value> {
 
 fn validate<'a>(env: &'a Env, conf: &'a NetConf, budget: Budget) -> Result<Ready<'a>> {
     refuse_prev_result(conf)?;
+    if let Some(path) = &conf.device_info_file {
+        device_info::check_attachment(path, &env.container_id, &env.ifname)?;
+    }
     let netns_path = env
         .netns
         .as_deref()

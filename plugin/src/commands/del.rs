@@ -25,7 +25,12 @@ pub fn del(env: &Env, conf: &NetConf) -> Result<()> {
         }
     };
     if let Some(path) = &conf.device_info_file {
-        crate::attach::device_info::remove(path);
+        // Another pod's file (or one not named for this attachment) is left as it is, and
+        // DEL goes on: ADD refused it, so there is nothing of ours to remove there.
+        match crate::attach::device_info::check_attachment(path, &env.container_id, &env.ifname) {
+            Ok(()) => crate::attach::device_info::remove(path),
+            Err(e) => tracing::warn!(error = %e, "device-info file left alone"),
+        }
     }
     let netns = match crate::protocol::cni::validate_ifname(&env.ifname) {
         Ok(()) => env.netns.as_ref(),

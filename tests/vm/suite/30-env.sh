@@ -200,7 +200,8 @@ test_env_stale_gid_fails() {
 
 test_env_device_info_written_and_removed() {
 	require_plugin
-	local pci dev file=/var/run/k8s.cni.cncf.io/devinfo/cni/envdi-net1 doc
+	# The name Multus gives the file: <network>-<container id>_<ifname> (cni_exec's id).
+	local pci dev file=/var/run/k8s.cni.cncf.io/devinfo/cni/envdi-direct-envdi_net1 doc
 	# virtio-net: the netdev's device is virtioN, whose parent is the PCI function.
 	pci=$(readlink -f /sys/class/net/rdma2/device)
 	[[ ${pci##*/} != virtio* ]] || pci=${pci%/*}
