@@ -217,6 +217,20 @@ pub fn validate(key: &str, value: &str, ifname: &str) -> Result<Sysctl> {
     })
 }
 
+/// The most sysctl keys a configuration may set. The kernel has about 200 per-interface
+/// settings (conf and neigh, both families), of which a NAD sets a handful; the cap keeps a
+/// NAD of megabytes from costing every ADD, CHECK and `validate` of it more than its parse.
+pub const MAX_KEYS: usize = 256;
+
+/// The error for a map of more than [`MAX_KEYS`] keys.
+pub fn too_many_keys() -> String {
+    format!(
+        "\"sysctl\" has more than {MAX_KEYS} keys: expected at most {MAX_KEYS} sysctl keys \
+         (the per-interface settings a NAD may set number about 200); keep only those that \
+         differ from the defaults"
+    )
+}
+
 /// Merges the defaults and the user's map (user wins, order kept) and validates every key.
 /// Two user keys that name the same sysctl (e.g. `IFNAME` and the literal name) are refused.
 pub fn resolve(
@@ -224,23 +238,32 @@ pub fn resolve(
     user: &[(String, String)],
     ifname: &str,
 ) -> Result<Vec<Sysctl>> {
-    let mut out: Vec<Sysctl> = Vec::new();
-    for (k, v) in defaults {
-        out.push(validate(&k, &v, ifname)?);
+    if user.len() > MAX_KEYS {
+        return Err(Error::InvalidConfig(too_many_keys()));
     }
-    let mut seen: Vec<String> = Vec::new();
+    let mut out: Vec<Sysctl> = Vec::new();
+    // Where each key is in `out`: a lookup per key, not a scan.
+    let mut at: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    for (k, v) in defaults {
+        let s = validate(&k, &v, ifname)?;
+        at.insert(s.key.clone(), out.len());
+        out.push(s);
+    }
+    let mut seen = std::collections::HashSet::new();
     for (k, v) in user {
         let s = validate(k, v, ifname)?;
-        if seen.contains(&s.key) {
+        if !seen.insert(s.key.clone()) {
             return Err(Error::InvalidConfig(format!(
                 "sysctl {:?} is given twice (as {k:?} and earlier): give each key once",
                 s.key
             )));
         }
-        seen.push(s.key.clone());
-        match out.iter_mut().find(|d| d.key == s.key) {
-            Some(d) => *d = s,
-            None => out.push(s),
+        match at.get(&s.key) {
+            Some(&i) => out[i] = s,
+            None => {
+                at.insert(s.key.clone(), out.len());
+                out.push(s);
+            }
         }
     }
     Ok(out)
@@ -431,6 +454,25 @@ mod tests {
             ("net.ipv4.conf.net1.arp_ignore".to_string(), "1".to_string()),
         ];
         assert_eq!(resolve(vec![], &dup, "net1").unwrap_err().code(), 7);
+    }
+
+    /// 40,000 distinct keys (a NAD of 1.4 MB) took more than a minute of quadratic duplicate
+    /// checks (issue #25, item 4): the cap refuses them at once, and a map at the cap resolves
+    /// with lookups, not scans.
+    #[test]
+    fn a_huge_map_is_refused_and_one_at_the_cap_resolves_fast() {
+        let keys = |n: usize| -> Vec<(String, String)> {
+            (0..n)
+                .map(|i| (format!("net.ipv4.conf.IFNAME.k{i}"), "1".to_string()))
+                .collect()
+        };
+        let start = std::time::Instant::now();
+        let err = resolve(arp_defaults(), &keys(40_000), "net1").unwrap_err();
+        assert_eq!(err.code(), 7);
+        assert!(err.to_string().contains("at most 256 sysctl keys"), "{err}");
+        let all = resolve(arp_defaults(), &keys(MAX_KEYS), "net1").unwrap();
+        assert_eq!(all.len(), arp_defaults().len() + MAX_KEYS);
+        assert!(start.elapsed() < std::time::Duration::from_secs(2));
     }
 
     #[test]
