@@ -476,7 +476,22 @@ pub(crate) fn find(
             rail.netdev, rail.chosen_by
         )));
     };
+    check_own_name(inputs, &rail.netdev, &master.name)?;
     Ok((rail, master))
+}
+
+/// A lookup by name also matches a link's altnames (kernel >= 5.5): cni-args naming a NIC
+/// outside allowedRails through an altname that matches a pattern must not reach it, so the
+/// link's own name (`own`, found for `requested`) is what allowedRails is checked against.
+/// The NAD's own `master` may be an altname: the NAD's owner chose that rail.
+fn check_own_name(inputs: &Inputs, requested: &str, own: &str) -> Result<()> {
+    if inputs.args_master.is_some() && own != requested {
+        inputs.allowed.check(
+            &format!("\"args.cni.master\" {requested} (an altname of {own})"),
+            own,
+        )?;
+    }
+    Ok(())
 }
 
 /// The RDMA port whose GID table will hold the child's GID: the device an input named (port
@@ -676,6 +691,26 @@ mod tests {
             err.to_string().contains(needle),
             "{err} should say {needle:?}"
         );
+    }
+
+    /// Seen (issue #25, item 6): NIC stor0 with altname rdma9x, allowedRails ["rdma*"],
+    /// cni-args master rdma9x: the lookup found stor0 and ADD attached there.
+    #[test]
+    fn an_altname_does_not_pass_allowed_rails() {
+        let i = inputs(json!({"allowedRails": ["rdma*"], "args": {"cni": {"master": "rdma9x"}}}))
+            .unwrap();
+        let err = check_own_name(&i, "rdma9x", "stor0").unwrap_err();
+        assert_eq!(err.code(), 7);
+        assert!(
+            err.to_string()
+                .contains("\"args.cni.master\" rdma9x (an altname of stor0) is rail stor0"),
+            "{err}"
+        );
+        check_own_name(&i, "rdma9x", "rdma9x").unwrap();
+        check_own_name(&i, "rdma9x", "rdma5").unwrap(); // an altname of an allowed rail
+                                                        // The NAD's own master through an altname: its owner chose it.
+        let nad = inputs(json!({"master": "rdma9x"})).unwrap();
+        check_own_name(&nad, "rdma9x", "stor0").unwrap();
     }
 
     #[test]
