@@ -63,7 +63,7 @@ pub fn decide(addrs: &[Addr6], conf: &SlaacConf) -> Decision {
     {
         return Decision::Failed(duplicate("the child's link-local address", a));
     }
-    let mut best: Option<&Addr6> = None;
+    let mut best: Option<Ipv6Network> = None;
     for a in addrs.iter().filter(|a| is_slaac_candidate(a, conf)) {
         if a.flags.contains(AddressFlags::DADFAILED) {
             return Decision::Failed(duplicate("SLAAC address", a));
@@ -72,14 +72,17 @@ pub fn decide(addrs: &[Addr6], conf: &SlaacConf) -> Decision {
             DadMode::Wait => !a.flags.contains(AddressFlags::TENTATIVE),
             DadMode::Optimistic | DadMode::Off => true,
         };
-        if usable && best.is_none_or(|b| a.addr < b.addr) {
-            best = Some(a);
+        // The addresses come from netlink: one with a prefix longer than 128 (which the reader
+        // already drops) is passed over, never a panic that would abort ADD undone.
+        let Ok(net) = Ipv6Network::new(a.addr, a.prefix) else {
+            continue;
+        };
+        if usable && best.is_none_or(|b| a.addr < b.ip()) {
+            best = Some(net);
         }
     }
     match best {
-        Some(a) => Decision::Ready(
-            Ipv6Network::new(a.addr, a.prefix).expect("the kernel reports valid prefix lengths"),
-        ),
+        Some(net) => Decision::Ready(net),
         None => Decision::Waiting,
     }
 }
@@ -559,6 +562,20 @@ mod tests {
         assert_eq!(
             decide(&more, &conf(DadMode::Wait, None)),
             Decision::Ready("2001:db8:1:2:5054:ff:fe00:1/64".parse().unwrap())
+        );
+    }
+
+    /// An address with an impossible prefix (a forged or malformed event: prefix 200) hit an
+    /// `expect` here, and the panic aborted ADD with nothing undone (issue #25, item 2): it is
+    /// passed over, and a valid one beside it still chosen.
+    #[test]
+    fn an_impossible_prefix_is_passed_over() {
+        let bad = a("2001:db8:1:2::1", 200, NONE);
+        assert_eq!(decide(&[bad], &conf(DadMode::Off, None)), Decision::Waiting);
+        let good = a("2001:db8:1:2::9", 64, NONE);
+        assert_eq!(
+            decide(&[bad, good], &conf(DadMode::Off, None)),
+            Decision::Ready("2001:db8:1:2::9/64".parse().unwrap())
         );
     }
 

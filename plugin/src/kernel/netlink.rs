@@ -205,6 +205,16 @@ impl AddrEvents {
         })
     }
 
+    /// The netlink port the subscription listens on (for a test that sends to it).
+    #[cfg(test)]
+    fn port(&self) -> u32 {
+        let mut addr = netlink_sys::SocketAddr::new(0, 0);
+        self.socket
+            .get_address(&mut addr)
+            .expect("a bound socket has an address");
+        addr.port_number()
+    }
+
     /// The next address event; `None` when `deadline` passes first.
     pub fn next_until(&mut self, deadline: Instant) -> std::io::Result<Option<AddrEvent>> {
         loop {
@@ -235,8 +245,10 @@ impl AddrEvents {
                 continue;
             }
             let mut buf = Vec::with_capacity(64 * 1024);
-            match self.socket.recv(&mut buf, libc::MSG_DONTWAIT) {
-                Ok(_) => self.pending.extend(address_events(&buf)),
+            match self.socket.recv_from(&mut buf, libc::MSG_DONTWAIT) {
+                Ok((_, sender)) => self
+                    .pending
+                    .extend(address_events(sender.port_number(), &buf)),
                 Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
                     self.pending.push_back(AddrEvent::Lost)
                 }
@@ -247,8 +259,17 @@ impl AddrEvents {
     }
 }
 
-/// The IPv6 address events of a datagram of notifications.
-fn address_events(buf: &[u8]) -> Vec<AddrEvent> {
+/// The IPv6 address events of a datagram of notifications from netlink port `sender`. The
+/// subscription socket is in the pod's namespace, where any process may send it a unicast
+/// datagram: only the kernel's (port 0) are events, a forged one is dropped whole.
+fn address_events(sender: u32, buf: &[u8]) -> Vec<AddrEvent> {
+    if sender != 0 {
+        tracing::warn!(
+            sender,
+            "dropped a datagram on the address subscription that the kernel did not send"
+        );
+        return Vec::new();
+    }
     messages(buf)
         .filter_map(|message| {
             let message = message.ok()?;
@@ -881,6 +902,16 @@ fn header_table(table: u32) -> u8 {
 fn parse_addr_reply(payload: &[u8]) -> Option<Addr> {
     let header = payload.get(..IFADDRMSG_LEN)?;
     let (family, prefix) = (i32::from(header[0]), header[1]);
+    // Never more bits than the address has: what reads the address (ipv6::decide) may then
+    // rely on it.
+    let max_prefix = match family {
+        libc::AF_INET => 32,
+        libc::AF_INET6 => 128,
+        _ => return None,
+    };
+    if prefix > max_prefix {
+        return None;
+    }
     let mut flags = AddressFlags::from_bits_retain(u32::from(header[2]));
     let (mut address, mut local) = (None, None);
     for (kind, value) in attributes(&payload[IFADDRMSG_LEN..]) {
@@ -1108,7 +1139,7 @@ mod lookup_tests {
         link
     }
 
-    fn nla(kind: u16, value: &[u8]) -> Vec<u8> {
+    pub(super) fn nla(kind: u16, value: &[u8]) -> Vec<u8> {
         let mut a = Vec::new();
         a.extend_from_slice(&((4 + value.len()) as u16).to_ne_bytes());
         a.extend_from_slice(&kind.to_ne_bytes());
@@ -1133,7 +1164,7 @@ mod lookup_tests {
         p
     }
 
-    fn message(msg_type: u16, seq: u32, flags: u16, payload: &[u8]) -> Vec<u8> {
+    pub(super) fn message(msg_type: u16, seq: u32, flags: u16, payload: &[u8]) -> Vec<u8> {
         let mut m = Vec::new();
         m.extend_from_slice(&((16 + payload.len()) as u32).to_ne_bytes());
         m.extend_from_slice(&msg_type.to_ne_bytes());
@@ -1295,7 +1326,13 @@ mod lookup_tests {
     }
 
     /// ifaddrmsg (family, prefix length, 8-bit flags, scope, index), then attributes.
-    fn addr_payload(family: u8, prefix: u8, flags: u8, index: u32, attrs: &[Vec<u8>]) -> Vec<u8> {
+    pub(super) fn addr_payload(
+        family: u8,
+        prefix: u8,
+        flags: u8,
+        index: u32,
+        attrs: &[Vec<u8>],
+    ) -> Vec<u8> {
         let mut p = vec![family, prefix, flags, 0];
         p.extend_from_slice(&index.to_ne_bytes());
         p.extend_from_slice(&attrs.concat());
@@ -1359,12 +1396,43 @@ mod lookup_tests {
             flags: AddressFlags::TENTATIVE,
         };
         assert_eq!(
-            address_events(&datagram),
+            address_events(0, &datagram),
             [AddrEvent::New(want), AddrEvent::Del(want)]
         );
         // A truncated datagram yields what came before the cut.
         let cut = &datagram[..datagram.len() - 3];
-        assert_eq!(address_events(cut).len(), 2);
+        assert_eq!(address_events(0, cut).len(), 2);
+    }
+
+    /// A forged or malformed event (issue #25, item 2): a datagram another process sent to the
+    /// subscription socket is no event, and a prefix longer than the address is none either
+    /// (prefix 200 made ipv6::decide panic, which aborts ADD with nothing undone).
+    #[test]
+    fn only_the_kernels_well_formed_address_events_count() {
+        let six: std::net::Ipv6Addr = "2001:db8::5".parse().unwrap();
+        let good = addr_payload(10, 64, 0, 4, &[nla(IFA_ADDRESS, &six.octets())]);
+        let datagram = message(RTM_NEWADDR, 0, 0, &good);
+        assert_eq!(address_events(0, &datagram).len(), 1);
+        assert_eq!(
+            address_events(4242, &datagram),
+            [],
+            "not sent by the kernel"
+        );
+        for (family, prefix, bytes) in [
+            (10u8, 129u8, &six.octets()[..]),
+            (10, 200, &six.octets()[..]),
+            (2, 33, &[10, 0, 0, 1][..]),
+        ] {
+            let bad = addr_payload(family, prefix, 0, 4, &[nla(IFA_ADDRESS, bytes)]);
+            assert_eq!(
+                parse_addr_reply(&bad),
+                None,
+                "family {family} prefix {prefix}"
+            );
+            assert_eq!(address_events(0, &message(RTM_NEWADDR, 0, 0, &bad)), []);
+        }
+        let v4 = addr_payload(2, 32, 0, 4, &[nla(IFA_ADDRESS, &[10, 0, 0, 1])]);
+        assert_eq!(parse_addr_reply(&v4).unwrap().prefix, 32);
     }
 
     #[test]
@@ -1740,5 +1808,49 @@ mod tests {
             .unwrap();
         assert_eq!(quiet, None);
         assert!(start.elapsed() >= std::time::Duration::from_millis(200));
+    }
+
+    /// Any process of the pod's namespace may send the subscription socket a datagram (issue
+    /// #25, item 2): a forged RTM_NEWADDR, here a valid-looking global address and one with
+    /// prefix 200, is no event; the kernel's own event after it still is.
+    #[test]
+    #[ignore = "privileged: run in the VM by make vm-rust"]
+    fn address_events_from_another_process_are_dropped() {
+        use super::lookup_tests::{addr_payload, message, nla};
+        let (_t, ns) = TestNs::new("nlverbs5");
+        let host = RouteSocket::current().unwrap();
+        let master = host.link_by_name(&rail()).unwrap().expect("the rail");
+        let (mut events, forger) = AddrEvents::subscribe_with(&ns, || {
+            let mut s = netlink_sys::Socket::new(netlink_sys::protocols::NETLINK_ROUTE).unwrap();
+            s.bind_auto().unwrap();
+            s
+        })
+        .unwrap();
+        let forged: std::net::Ipv6Addr = "2001:db8:66::1".parse().unwrap();
+        let mut datagram = Vec::new();
+        for prefix in [64, 200] {
+            let payload = addr_payload(10, prefix, 0, 1, &[nla(IFA_ADDRESS, &forged.octets())]);
+            datagram.extend(message(RTM_NEWADDR, 0, 0, &payload));
+        }
+        let to = netlink_sys::SocketAddr::new(events.port(), 0);
+        assert_eq!(forger.send_to(&datagram, &to, 0).unwrap(), datagram.len());
+        host.create_ipvlan_l2("nlv5", master.index, None, &ns)
+            .unwrap();
+        let plain = RouteSocket::open_in(&ns).unwrap();
+        let child = plain.link_by_name("nlv5").unwrap().unwrap();
+        let real: IpNetwork = "fd00:91::5/64".parse().unwrap();
+        plain.add_address(child.index, real).unwrap();
+        let deadline = Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            match events.next_until(deadline).unwrap() {
+                Some(AddrEvent::New(a) | AddrEvent::Del(a)) if a.addr == forged => {
+                    panic!("a forged event came through: {a:?}")
+                }
+                Some(AddrEvent::New(a)) if IpAddr::V6(a.addr) == real.ip() => break,
+                Some(_) => {}
+                None => panic!("no event for {real} within 5 s"),
+            }
+        }
+        plain.delete_link(child.index).unwrap();
     }
 }
