@@ -306,6 +306,9 @@ enum LookupError {
     /// The kernel answered with this errno.
     Kernel(i32),
     Io(std::io::Error),
+    /// The kernel marked the dump NLM_F_DUMP_INTR: what it holds changed while it was read,
+    /// so the answer may miss or repeat entries.
+    Interrupted,
 }
 
 impl LookupError {
@@ -315,6 +318,17 @@ impl LookupError {
         match self {
             LookupError::Kernel(errno) => Error::netlink(what, errno),
             LookupError::Io(e) => Error::io(what, e),
+            LookupError::Interrupted => Error::io(
+                what,
+                std::io::Error::new(
+                    std::io::ErrorKind::Interrupted,
+                    format!(
+                        "the kernel marked the dump interrupted (NLM_F_DUMP_INTR) {DUMP_ATTEMPTS} \
+                         times in a row: what it lists kept changing while it was read; try \
+                         again"
+                    ),
+                ),
+            ),
         }
     }
 }
@@ -334,6 +348,10 @@ const RTM_GETRULE: u16 = 34;
 const NLMSG_ERROR: u16 = 2;
 const NLMSG_DONE: u16 = 3;
 const NLM_F_MULTI: u16 = 0x2;
+const NLM_F_DUMP_INTR: u16 = 0x10;
+/// How often a dump the kernel marks interrupted is read before giving up (as
+/// containernetworking/plugins' netlinksafe retries).
+const DUMP_ATTEMPTS: usize = 5;
 const NLMSG_HDRLEN: usize = 16;
 /// struct ifinfomsg
 const IFINFOMSG_LEN: usize = 16;
@@ -707,10 +725,12 @@ impl RouteSocket {
         header: &[u8],
         reply_type: u16,
     ) -> std::result::Result<Vec<Vec<u8>>, LookupError> {
-        self.exchange(
-            request(msg_type, netlink_packet_core::NLM_F_DUMP, header),
-            reply_type,
-        )
+        retry_interrupted(|| {
+            self.exchange(
+                request(msg_type, netlink_packet_core::NLM_F_DUMP, header),
+                reply_type,
+            )
+        })
     }
 
     /// Sends a request that the kernel answers with an ACK or an error.
@@ -732,6 +752,7 @@ impl RouteSocket {
         self.socket.send(&request, 0).map_err(LookupError::Io)?;
         let mut buf = Vec::with_capacity(64 * 1024);
         let mut replies = Vec::new();
+        let mut interrupted = false;
         loop {
             buf.clear();
             let len = self
@@ -744,8 +765,14 @@ impl RouteSocket {
                     buf.len()
                 ))));
             }
-            if collect(&buf, seq, reply_type, &mut replies)? {
-                return Ok(replies);
+            // An interrupted dump is still read to its end: the kernel refuses (EBUSY) a new
+            // dump on a socket whose previous one is unfinished.
+            if collect(&buf, seq, reply_type, &mut replies, &mut interrupted)? {
+                return if interrupted {
+                    Err(LookupError::Interrupted)
+                } else {
+                    Ok(replies)
+                };
             }
         }
     }
@@ -758,20 +785,38 @@ fn malformed(what: &str) -> LookupError {
     ))
 }
 
+/// Runs a dump again while the kernel marks it interrupted, up to [`DUMP_ATTEMPTS`] times.
+fn retry_interrupted<T>(
+    mut dump: impl FnMut() -> std::result::Result<T, LookupError>,
+) -> std::result::Result<T, LookupError> {
+    for attempt in 1.. {
+        match dump() {
+            Err(LookupError::Interrupted) if attempt < DUMP_ATTEMPTS => {
+                tracing::debug!(attempt, "netlink dump interrupted; reading it again");
+            }
+            other => return other,
+        }
+    }
+    unreachable!("the loop returns by its last attempt")
+}
+
 /// Feeds one received datagram: appends the payload of each reply of type `reply_type` to
-/// request `seq`. True when the answer is complete: NLMSG_DONE (a dump's end), an ACK, or a
-/// reply without NLM_F_MULTI (a request's one answer); a kernel error is its errno.
+/// request `seq`, and sets `interrupted` when one carries NLM_F_DUMP_INTR. True when the answer
+/// is complete: NLMSG_DONE (a dump's end), an ACK, or a reply without NLM_F_MULTI (a request's
+/// one answer); a kernel error is its errno.
 fn collect(
     buf: &[u8],
     seq: u32,
     reply_type: u16,
     out: &mut Vec<Vec<u8>>,
+    interrupted: &mut bool,
 ) -> std::result::Result<bool, LookupError> {
     for message in messages(buf) {
         let message = message?;
         if message.seq != seq {
             continue;
         }
+        *interrupted |= message.flags & NLM_F_DUMP_INTR != 0;
         let code = || {
             message
                 .payload
@@ -1249,11 +1294,52 @@ mod lookup_tests {
         assert_eq!(link.ipvlan_mode, None);
     }
 
+    /// A dump the kernel marks interrupted (NLM_F_DUMP_INTR) was taken as complete (issue #25,
+    /// item 5): it is read to its end, reported interrupted, and read again, up to
+    /// DUMP_ATTEMPTS times, as netlinksafe does.
+    #[test]
+    fn an_interrupted_dump_is_read_again() {
+        let part = |flags| message(RTM_NEWLINK, 5, NLM_F_MULTI | flags, &ipvlan_child());
+        let done = message(NLMSG_DONE, 5, NLM_F_MULTI, &0i32.to_ne_bytes());
+        // What one exchange of these datagrams answers.
+        let answer = |datagrams: &[Vec<u8>]| {
+            let (mut out, mut interrupted) = (Vec::new(), false);
+            for d in datagrams {
+                if collect(d, 5, RTM_NEWLINK, &mut out, &mut interrupted)? {
+                    return if interrupted {
+                        Err(LookupError::Interrupted)
+                    } else {
+                        Ok(out)
+                    };
+                }
+            }
+            panic!("no end of the dump");
+        };
+        let clean = [part(0), [part(0), done.clone()].concat()];
+        let marked = [part(0), [part(NLM_F_DUMP_INTR), done.clone()].concat()];
+        assert_eq!(answer(&clean).unwrap().len(), 2);
+        assert!(matches!(answer(&marked), Err(LookupError::Interrupted)));
+
+        // Interrupted twice, then whole: the third reading is the answer.
+        let mut readings = [&marked, &marked, &clean].into_iter();
+        let got = retry_interrupted(|| answer(readings.next().expect("a reading")));
+        assert_eq!(got.unwrap().len(), 2);
+        // Interrupted every time: an error that says so, after DUMP_ATTEMPTS readings.
+        let mut n = 0;
+        let got = retry_interrupted(|| {
+            n += 1;
+            answer(&marked)
+        });
+        assert_eq!(n, DUMP_ATTEMPTS);
+        let err = got.unwrap_err().into_error("cannot list links".into());
+        assert!(err.to_string().contains("NLM_F_DUMP_INTR"), "{err}");
+    }
+
     #[test]
     fn the_replies_to_the_request_are_picked_and_errors_keep_their_errno() {
         let answer = |buf: &[u8]| {
             let mut out = Vec::new();
-            collect(buf, 5, RTM_NEWLINK, &mut out).map(|done| (done, out))
+            collect(buf, 5, RTM_NEWLINK, &mut out, &mut false).map(|done| (done, out))
         };
         let other = message(RTM_NEWLINK, 4, 0, &ipvlan_child());
         let ours = message(RTM_NEWLINK, 5, 0, &ipvlan_child());
