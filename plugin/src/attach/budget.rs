@@ -53,7 +53,20 @@ impl Budget {
     pub fn share(&self, own: Duration) -> Share {
         self.share_at(Instant::now(), own)
     }
+
+    /// How long an undo step may wait for a lock at `now`: what is left, but at least
+    /// [`UNDO_WAIT`]. A failed ADD has often spent its budget (IPAM or the GID wait used it
+    /// up, which is why it failed), and its undo must still run: with nothing left, any
+    /// contention on the pod lock (another ADD's short sysctl step) made the restore of
+    /// `all.rp_filter` fail.
+    pub fn undo_wait_at(&self, now: Instant) -> Duration {
+        self.remaining_at(now).max(UNDO_WAIT)
+    }
 }
+
+/// The undo's own time for a lock, past the budget (see [`Budget::undo_wait_at`]). The locks
+/// it waits for are held over short steps only (lock.rs).
+pub const UNDO_WAIT: Duration = Duration::from_secs(5);
 
 impl Share {
     /// For error messages: "5000 ms" or "1200 ms (what was left of timeouts.totalMs 30000)".
@@ -129,5 +142,19 @@ mod tests {
         assert_eq!(b.remaining_at(t0 + 5_000 * MS), Duration::ZERO);
         assert_eq!(b.share_at(t0 + 5_000 * MS, 10 * MS).limit, Duration::ZERO);
         assert_eq!(b.remaining_at(t0 + 400 * MS), 600 * MS);
+    }
+
+    /// Suspected and confirmed (issue #25, item 7): the undo waited for the pod lock with what
+    /// was left of the budget, nothing once IPAM or the GID wait had used it up. It keeps
+    /// UNDO_WAIT of its own.
+    #[test]
+    fn an_undo_waits_for_its_lock_even_when_the_budget_is_spent() {
+        let t0 = Instant::now();
+        let b = Budget::starting_at(t0, 1000 * MS);
+        assert_eq!(b.remaining_at(t0 + 2000 * MS), Duration::ZERO);
+        assert_eq!(b.undo_wait_at(t0 + 2000 * MS), UNDO_WAIT);
+        assert_eq!(b.undo_wait_at(t0 + 1000 * MS), UNDO_WAIT);
+        let long = Budget::starting_at(t0, UNDO_WAIT + 3000 * MS);
+        assert_eq!(long.undo_wait_at(t0), UNDO_WAIT + 3000 * MS);
     }
 }

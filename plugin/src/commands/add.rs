@@ -249,7 +249,10 @@ fn build(r: &Ready<'_>, undo: &mut UndoStack<Step>) -> Result<Value> {
     // which may be undoing theirs (lock.rs); the child already exists, so an undo that runs
     // after this step sees it.
     let held = if sysctls.iter().any(|s| s.pod_wide) {
-        Some(pod_lock(r)?)
+        Some(pod_lock(
+            r,
+            r.budget.remaining_at(std::time::Instant::now()),
+        )?)
     } else {
         None
     };
@@ -410,12 +413,10 @@ fn install_routes(
     Ok(())
 }
 
-fn pod_lock(r: &Ready<'_>) -> Result<lock::Held> {
+/// The pod lock, waited for at most `limit`.
+fn pod_lock(r: &Ready<'_>, limit: std::time::Duration) -> Result<lock::Held> {
     let (dev, ino) = r.netns.id()?;
-    lock::acquire(
-        &lock::Key::pod(dev, ino),
-        r.budget.remaining_at(std::time::Instant::now()),
-    )
+    lock::acquire(&lock::Key::pod(dev, ino), limit)
 }
 
 /// Puts a pod-wide sysctl back, unless something else relies on the value this ADD wrote:
@@ -423,7 +424,8 @@ fn pod_lock(r: &Ready<'_>) -> Result<lock::Held> {
 /// attachment made before), or a change since. Under the pod lock, so that no other ADD's
 /// sysctl step runs in between (lock.rs).
 fn restore_pod_wide(r: &Ready<'_>, saved: &sysctl::Saved, child: u32) -> Result<()> {
-    let _pod = pod_lock(r)?;
+    // Its own wait, not what is left of the budget (Budget::undo_wait_at).
+    let _pod = pod_lock(r, r.budget.undo_wait_at(std::time::Instant::now()))?;
     let others: Vec<String> = r
         .pod
         .links()?

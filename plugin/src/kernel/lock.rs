@@ -167,4 +167,22 @@ mod tests {
         drop(held);
         acquire_in(dir.path(), &key, Duration::from_millis(10)).unwrap();
     }
+
+    /// The mechanism of issue #25, item 7: a lock that another holder keeps for a short while
+    /// cannot be had with no time left (as the undo of an ADD that spent its budget asked for
+    /// it), and can with a wait of its own.
+    #[test]
+    fn a_briefly_held_lock_needs_a_wait_of_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = Key::pod(3, 4026532000);
+        let held = acquire_in(dir.path(), &key, Duration::ZERO).unwrap();
+        let err = acquire_in(dir.path(), &key, Duration::ZERO).unwrap_err();
+        assert_eq!(err.code(), 11, "{err}");
+        let release = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            drop(held);
+        });
+        acquire_in(dir.path(), &key, Duration::from_secs(5)).unwrap();
+        release.join().unwrap();
+    }
 }
