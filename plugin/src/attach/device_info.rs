@@ -168,6 +168,18 @@ impl std::fmt::Display for Written {
 
 /// Writes (or completes) the device-info file at ADD; `None` when it left the file as it was.
 pub fn write(path: &Path, pci_address: &str, rdma_device: &str) -> Result<Option<Written>> {
+    write_with(path, pci_address, rdma_device, |path, text| {
+        crate::kernel::atomic_file::write(path, text, 0o644)
+    })
+}
+
+/// [`write`], publishing the text with `publish` (the atomic write; a test's stand-in).
+fn write_with(
+    path: &Path,
+    pci_address: &str,
+    rdma_device: &str,
+    publish: impl Fn(&Path, &[u8]) -> io::Result<()>,
+) -> Result<Option<Written>> {
     let io_err = |what: &str, e: io::Error| {
         Error::io(format!("{what} device-info file {}", path.display()), e)
     };
@@ -185,13 +197,21 @@ pub fn write(path: &Path, pci_address: &str, rdma_device: &str) -> Result<Option
     }
     // Atomically, so that Multus never reads half a file.
     let text = serde_json::to_string(&doc).expect("a JSON value always serializes");
-    crate::kernel::atomic_file::write(path, text.as_bytes(), 0o644)
-        .map_err(|e| io_err("cannot write the", e))?;
-    tracing::info!(path = %path.display(), pci_address, rdma_device, "device-info written");
-    Ok(Some(Written {
+    let written = Written {
         path: path.to_path_buf(),
         previous: existing,
-    }))
+    };
+    if let Err(e) = publish(path, text.as_bytes()) {
+        // The write may have failed after its rename (the directory's fsync), with the file
+        // published: ADD pushes no undo step for a step that failed, so this one takes itself
+        // back here (a no-op when nothing was renamed).
+        if let Err(undo) = written.undo() {
+            tracing::warn!(error = %undo, "cannot take back the device-info file after a failed write");
+        }
+        return Err(io_err("cannot write the", e));
+    }
+    tracing::info!(path = %path.display(), pci_address, rdma_device, "device-info written");
+    Ok(Some(written))
 }
 
 /// Removes the device-info file at DEL; best-effort, a missing file is fine.
@@ -341,6 +361,32 @@ mod tests {
         fs::write(&path, other).unwrap();
         assert!(write(&path, "0000:3b:00.2", "mlx5_6").unwrap().is_none());
         assert_eq!(fs::read_to_string(&path).unwrap(), other);
+    }
+
+    /// Suspected and confirmed (issue #25, item 8): the atomic write fsyncs the directory
+    /// after the rename, and a failure there returned an error with the file published, while
+    /// ADD pushes no undo for a step that failed. The failed write now takes itself back: the
+    /// file ADD created is gone, the device plugin's file has its own text again.
+    #[test]
+    fn a_write_that_fails_after_its_rename_leaves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pod-net1");
+        let fails_after_rename = |p: &Path, text: &[u8]| {
+            crate::kernel::atomic_file::write(p, text, 0o644)?;
+            Err(io::Error::other("cannot sync directory: injected"))
+        };
+        let err = write_with(&path, "0000:3b:00.2", "mlx5_6", fails_after_rename).unwrap_err();
+        assert!(err.to_string().contains("injected"), "{err}");
+        assert!(!path.exists(), "the published file was left");
+
+        let plugin = r#"{"type":"pci","version":"1.1.0","pci":{"pci-address":"0000:3b:00.2"}}"#;
+        fs::write(&path, plugin).unwrap();
+        write_with(&path, "0000:3b:00.2", "mlx5_6", fails_after_rename).unwrap_err();
+        assert_eq!(fs::read_to_string(&path).unwrap(), plugin);
+        // A write that fails before its rename leaves the file as it was, too.
+        let fails_before = |_: &Path, _: &[u8]| Err(io::Error::other("disk full"));
+        write_with(&path, "0000:3b:00.2", "mlx5_6", fails_before).unwrap_err();
+        assert_eq!(fs::read_to_string(&path).unwrap(), plugin);
     }
 
     /// Multus names the file per attachment, and network names may contain dots: the
