@@ -22,10 +22,13 @@ use std::process::{Command, Stdio};
 
 use serde_json::{json, Value};
 
-/// Every point of ADD's build, in order, with the number of undo steps pushed by then: the
-/// child (1), the IPAM allocation (2), the pod-wide all.rp_filter (3), the source rule (4),
+/// Every point of ADD's build, in order, with the number of undo steps pushed by then: none
+/// before the child's lookup, the child (1), the IPAM allocation (2), the pod-wide all.rp_filter (3), the source rule (4),
 /// the device-info file (5).
 const ADD_POINTS: &[(&str, usize)] = &[
+    // The child's lookup fails right after its creation, before its undo step is pushed
+    // (issue #25, item 9): the child was left in the pod.
+    ("after-create", 0),
     ("after-child", 1),
     ("after-ipam", 2),
     ("after-sysctls", 3),
@@ -511,12 +514,18 @@ fn every_failpoint_of_add_is_tested() {
     let declared = names_in_list(decl, "ADD");
     let tested: Vec<String> = ADD_POINTS.iter().map(|(n, _)| n.to_string()).collect();
     assert_eq!(tested, declared, "ADD_POINTS against failpoint::ADD");
-    let called: Vec<String> = add
+    // The first point is in ipvlan.rs (the child's lookup), the others in add.rs.
+    let ipvlan = include_str!("../src/attach/ipvlan.rs");
+    let called: Vec<String> = [ipvlan, add]
+        .concat()
         .split("failpoint!(\"")
         .skip(1)
         .map(|rest| rest[..rest.find('"').unwrap()].to_string())
         .collect();
-    assert_eq!(called, declared, "failpoint!(…) in add.rs, in order");
+    assert_eq!(
+        called, declared,
+        "failpoint!(…) in ipvlan.rs and add.rs, in order"
+    );
     let undo = names_in_list(decl, "UNDO");
     let tested: Vec<String> = UNDO_POINTS.iter().map(|(n, _)| n.to_string()).collect();
     assert_eq!(tested, undo, "UNDO_POINTS against failpoint::UNDO");

@@ -12,9 +12,11 @@
 use crate::protocol::error::Result;
 
 /// The points of ADD's build, each right after a change (or the step that makes one): `after-`
-/// and what was just done. The privileged tests arm each in turn.
+/// and what was just done (`after-create`: the child's lookup right after its creation
+/// fails). The privileged tests arm each in turn.
 #[cfg(feature = "failpoints")]
 pub const ADD: &[&str] = &[
+    "after-create",
     "after-child",
     "after-ipam",
     "after-sysctls",

@@ -1,6 +1,7 @@
 //! The IPvlan L2 child of a rail in the pod: created by ADD (under CNI_IFNAME, or under a
 //! temporary name and renamed), removed by DEL with its source rules.
 
+use crate::attach::failpoint::failpoint;
 use crate::attach::routing;
 use crate::kernel::netlink::{InfoKind, Link, RouteSocket};
 use crate::kernel::netns::Netns;
@@ -32,12 +33,21 @@ pub(crate) fn create(
         }
         Err(e) => return Err(e),
     };
-    let child = pod.link_by_name(&name)?.ok_or_else(|| {
-        Error::io(
-            format!("IPvlan child {name} vanished from the pod right after it was created"),
-            std::io::Error::from(std::io::ErrorKind::NotFound),
-        )
-    })?;
+    let child = match lookup_created(pod, &name) {
+        Ok(Some(child)) => child,
+        Ok(None) => {
+            return Err(Error::io(
+                format!("IPvlan child {name} vanished from the pod right after it was created"),
+                std::io::Error::from(std::io::ErrorKind::NotFound),
+            ))
+        }
+        Err(e) => {
+            // ADD's undo step for the child needs its index, which this lookup was to give:
+            // the child it has just created is removed here, or it would outlive the ADD.
+            remove_created(netns, &name);
+            return Err(e);
+        }
+    };
     if name != env.ifname {
         if let Err(e) = pod.rename(child.index, &env.ifname) {
             if let Err(undo) = pod.delete_link(child.index) {
@@ -47,6 +57,26 @@ pub(crate) fn create(
         }
     }
     Ok(child)
+}
+
+/// The child `create` has just made, by name.
+fn lookup_created(pod: &RouteSocket, name: &str) -> Result<Option<Link>> {
+    // A failed lookup, for the privileged tests (failpoint.rs).
+    failpoint!("after-create");
+    pod.link_by_name(name)
+}
+
+/// Removes the IPvlan child `name` that `create` made, on a socket of its own (the failed
+/// lookup may have left the other unusable); a failure is logged, and DEL removes the child
+/// by that name later.
+fn remove_created(netns: &Netns, name: &str) {
+    let removed = RouteSocket::open_in(netns).and_then(|pod| match pod.link_by_name(name)? {
+        Some(link) if link.kind == Some(InfoKind::IpVlan) => pod.delete_link(link.index),
+        _ => Ok(()),
+    });
+    if let Err(e) = removed {
+        tracing::error!(link = %name, error = %e, "could not remove the child after its lookup failed; DEL removes it");
+    }
 }
 
 /// A name for the child while it is created: unique per attachment, at most 15 bytes, and the
