@@ -83,7 +83,7 @@ unit:
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --locked --all-targets -- -D warnings
-	$(CARGO) clippy --locked --all-targets -p roce-ipvlan --features failpoints -- -D warnings
+	$(CARGO) clippy --locked --all-targets -p roce-ipvlan --features failpoints,fuzzing -- -D warnings
 	@for f in $(SHELL_SCRIPTS); do bash -n $$f || exit 1; done
 	shellcheck $(SHELL_SCRIPTS)
 	tests/check-version.sh
@@ -182,7 +182,7 @@ deps:
 # the -Z flags cargo-fuzz passes. New inputs go to fuzz/target/corpus/<t>; fuzz/corpus/<t> is the
 # seed corpus kept in the repository.
 FUZZ_SECONDS ?= 600
-FUZZ_TARGETS ?= netconf prev_result validators
+FUZZ_TARGETS ?= netconf prev_result validators route_replies nldev_replies cni_env
 FUZZ_CARGO ?= $(shell rustup toolchain list 2>/dev/null | grep -q '^nightly' && echo 'cargo +nightly' || echo 'env RUSTC_BOOTSTRAP=1 cargo')
 
 fuzz:

@@ -38,6 +38,12 @@ fuzz_target!(|data: &[u8]| {
     if let Some(p) = &c.device_info_file {
         assert!(p.is_absolute());
         assert!(!p.components().any(|c| c == std::path::Component::ParentDir));
+        // Directly in Multus's per-attachment directory, never the device plugins' dp/.
+        let dir = p.parent().and_then(|d| d.to_str()).unwrap_or_default();
+        assert!(
+            dir == "/var/run/k8s.cni.cncf.io/devinfo/cni" || dir == "/run/k8s.cni.cncf.io/devinfo/cni",
+            "{p:?}"
+        );
     }
     if let Some(d) = &c.rdma.device {
         assert!(!d.contains('/') && !d.starts_with('.'));

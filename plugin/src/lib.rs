@@ -53,6 +53,15 @@ pub(crate) mod tools {
     pub(crate) mod workload_env;
 }
 
+/// The private reply parsers, for the fuzz targets (fuzz/, docs/fuzzing.md): only with the
+/// `fuzzing` feature, which no shipped build has.
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use crate::kernel::netlink::fuzzing as route;
+    pub use crate::kernel::rdma::nldev_fuzzing as nldev;
+}
+
 /// The operator subcommands' entry points, for main.rs: each takes the arguments after its name
 /// and returns the exit status.
 pub mod subcommand {

@@ -1130,6 +1130,60 @@ fn parse_link_reply(payload: &[u8]) -> Option<Link> {
     Some(link)
 }
 
+/// The reply parsers for the fuzz targets (fuzz/, docs/fuzzing.md), which call them with
+/// arbitrary bytes: each returns what the plugin would take from that input, and none may
+/// panic. Only in a build with the `fuzzing` feature.
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing {
+    use super::*;
+    pub use super::{Addr, Addr6, AddrEvent, Link};
+
+    /// What an RTM_NEWLINK payload reads as.
+    pub fn link(payload: &[u8]) -> Option<Link> {
+        parse_link_reply(payload)
+    }
+
+    /// What an RTM_NEWADDR/RTM_DELADDR payload reads as.
+    pub fn address(payload: &[u8]) -> Option<Addr> {
+        parse_addr_reply(payload)
+    }
+
+    /// An RTM_NEWROUTE payload: its destination, table, output link and gateway.
+    pub fn route(payload: &[u8]) -> Option<(IpNetwork, u32, Option<u32>, Option<IpAddr>)> {
+        parse_route_reply(payload).map(|r| (r.dst, r.table, r.oif, r.gateway))
+    }
+
+    /// An RTM_NEWRULE payload: its table and source.
+    pub fn rule(payload: &[u8]) -> Option<(u32, Option<IpAddr>)> {
+        parse_rule_reply(payload.to_vec()).map(|r| (r.table, r.source))
+    }
+
+    /// The address events of a datagram sent by netlink port `sender`.
+    pub fn address_events(sender: u32, datagram: &[u8]) -> Vec<AddrEvent> {
+        super::address_events(sender, datagram)
+    }
+
+    /// The answer to request `seq` (replies of type `reply_type`) that these datagrams give,
+    /// as a dump reads it: `None` while it is incomplete, the payloads when complete, an error
+    /// string (with "interrupted" for NLM_F_DUMP_INTR) otherwise.
+    pub fn answer(
+        datagrams: &[&[u8]],
+        seq: u32,
+        reply_type: u16,
+    ) -> Option<std::result::Result<Vec<Vec<u8>>, String>> {
+        let (mut out, mut interrupted) = (Vec::new(), false);
+        for d in datagrams {
+            match collect(d, seq, reply_type, &mut out, &mut interrupted) {
+                Ok(true) if interrupted => return Some(Err("interrupted".into())),
+                Ok(true) => return Some(Ok(out)),
+                Ok(false) => {}
+                Err(e) => return Some(Err(format!("{e:?}"))),
+            }
+        }
+        None
+    }
+}
+
 #[cfg(test)]
 mod lookup_tests {
     use super::*;

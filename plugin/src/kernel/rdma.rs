@@ -20,6 +20,8 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+#[cfg(feature = "fuzzing")]
+pub use nldev::fuzzing as nldev_fuzzing;
 pub use nldev::{device_ports, netlink_ports, netns_mode, NetnsMode};
 pub use sysfs::Sysfs;
 

@@ -455,6 +455,31 @@ fn parse_netns_mode(attrs: &Attrs) -> io::Result<NetnsMode> {
     }
 }
 
+/// The RDMA netlink reply parsers for the fuzz targets (fuzz/, docs/fuzzing.md). Only in a
+/// build with the `fuzzing` feature.
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing {
+    use super::*;
+
+    /// What one datagram answers to request `seq` of type `msg_type`, each reply read as a
+    /// device, a port and the netns mode: none may panic.
+    pub fn replies(datagram: &[u8], seq: u32, msg_type: u16) -> io::Result<Vec<String>> {
+        let mut out = Vec::new();
+        collect_replies(datagram, seq, msg_type, &mut out)?;
+        Ok(out
+            .iter()
+            .map(|attrs| {
+                format!(
+                    "{:?} {:?} {:?}",
+                    device_handle(attrs).ok(),
+                    port_netdev(attrs).ok(),
+                    parse_netns_mode(attrs).ok()
+                )
+            })
+            .collect())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
