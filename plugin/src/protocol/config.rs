@@ -172,14 +172,17 @@ pub fn peek_version(stdin: &[u8]) -> Option<String> {
 
 impl NetConf {
     pub fn parse(stdin: &[u8], ifname: &str) -> Result<NetConf> {
-        // JSON at all (6), then the typed read, which stops at the first refused field (such
-        // as a sysctl map over its cap) before the whole document is built as a Value: a NAD
-        // of megabytes costs two scans, not a tree of its every key.
-        serde_json::from_slice::<serde::de::IgnoredAny>(stdin)
-            .map_err(|e| Error::Decode(e.to_string()))?;
+        // The typed read first: it stops at the first refused field (such as a sysctl map
+        // over its cap) before the whole document is built as a Value, so a NAD of megabytes
+        // costs one partial scan, not a tree of its every key. Not JSON is 6, a refused field 7.
         // Read from the bytes, not from a Value: a Value has already collapsed duplicate keys.
-        let conf: RawConf =
-            serde_json::from_slice(stdin).map_err(|e| Error::InvalidConfig(e.to_string()))?;
+        let conf: RawConf = serde_json::from_slice(stdin).map_err(|e| {
+            if e.is_syntax() || e.is_eof() {
+                Error::Decode(e.to_string())
+            } else {
+                Error::InvalidConfig(e.to_string())
+            }
+        })?;
         let raw: Value = serde_json::from_slice(stdin).map_err(|e| Error::Decode(e.to_string()))?;
         cni::check_version(&conf.cni_version)?;
         let bad = |msg: String| Err(Error::InvalidConfig(msg));
