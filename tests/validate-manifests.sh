@@ -4,10 +4,12 @@
 #      kustomization's resources exist;
 #   2. Kubernetes built-in kinds validate against the Kubernetes OpenAPI schemas, strictly
 #      (unknown fields refused), with kubernetes-validate, which ships the schemas; so do the
-#      pod templates of MPIJobs and PyTorchJobs (checked as PodTemplates) and what each
+#      pod templates of MPIJobs and PyTorchJobs (checked as PodTemplates), the Job templates of
+#      JobSets (checked as Jobs) and what each
 #      kustomization builds (deploy/, deploy/openshift/: its patches must apply);
 #   3. custom resources (NetworkAttachmentDefinition, IPPool, CIDRPool, NicClusterPolicy,
-#      MPIJob) validate against the project's schemas, tests/schemas/custom-resources.yaml
+#      NicNodePolicy, MPIJob, PyTorchJob, JobSet) validate against the project's schemas,
+#      tests/schemas/custom-resources.yaml
 #      (unknown fields refused at every level the examples use); a custom kind without a
 #      schema there fails;
 #   4. `roce-ipvlan validate --strict` over all files as one set: every roce-ipvlan
@@ -136,6 +138,11 @@ for path in paths:
                 print(f"ERROR {where} {key}: {field}: {e.message}"); bad += 1
         elif d["apiVersion"] not in builtin:
             print(f"ERROR {where}: {key} has no schema in tests/schemas/custom-resources.yaml; add one"); bad += 1
+        for job in (d.get("spec") or {}).get("replicatedJobs") or [] if d["kind"] == "JobSet" else []:
+            # A JobSet's replicated job is a Job template: checked as a batch/v1 Job.
+            templates.append({"apiVersion": "batch/v1", "kind": "Job",
+                              "metadata": {"name": f"{d['metadata']['name']}-{job.get('name', 'x')}"},
+                              "spec": (job.get("template") or {}).get("spec") or {}})
         replicas = {"MPIJob": "mpiReplicaSpecs", "PyTorchJob": "pytorchReplicaSpecs"}.get(d["kind"])
         for role, spec in ((d.get("spec") or {}).get(replicas) or {}).items() if replicas else []:
             templates.append({"apiVersion": "v1", "kind": "PodTemplate",
