@@ -1196,7 +1196,11 @@ fn check_policy(kind: &str, policy: &Value, index: &Index) -> Outcome {
         !paths.is_empty()
     });
     let offered = offered_resources(policy);
-    let msg = format!("offers {}", offered.join(", "));
+    let msg = if offered.is_empty() {
+        "offers no device-plugin resource".to_string()
+    } else {
+        format!("offers {}", offered.join(", "))
+    };
     if versions.len() > 1 {
         let list: Vec<String> = versions
             .iter()
