@@ -7,16 +7,21 @@
 #      NetworkAttachmentDefinition) goes through `roce-ipvlan validate` on its own and must
 #      pass; `//` comments (contract.md's annotated JSON) are removed first. A block that shows
 #      a configuration the plugin refuses is marked by the line `<!-- validate: refused -->`
-#      right before it, and must fail.
+#      right before it, and must fail;
+#   3. every `docs/<page>.md#<anchor>` (or `<page>.md#<anchor>`) named in the manifests, the
+#      chart, the examples, the Makefile, the sources and the scripts names a heading that
+#      exists (a renamed section otherwise leaves comments pointing nowhere).
 #   tests/check-docs.sh      Environment: ROCE_IPVLAN_BIN (default target/debug/roce-ipvlan).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
 bin=${ROCE_IPVLAN_BIN:-$repo/target/debug/roce-ipvlan}
 [[ -x $bin ]] || { echo "check-docs: $bin not found; run 'make build'" >&2; exit 1; }
-python3 - "$bin" README.md docs/*.md <<'PY'
+mapfile -t others < <(git ls-files deploy charts examples Makefile plugin tests bench | grep -v '^tests/validate-fixtures/')
+python3 - "$bin" "${#others[@]}" "${others[@]}" README.md docs/*.md <<'PY'
 import os, re, subprocess, sys, tempfile
-bin_, files = sys.argv[1], sys.argv[2:]
+bin_, n = sys.argv[1], int(sys.argv[2])
+others, files = sys.argv[3:3 + n], sys.argv[3 + n:]
 bad = 0
 
 def anchors(path):
@@ -82,6 +87,22 @@ for path in files:
             print(f"ERROR {where}: marked refused, but validate accepts it:\n{out.stdout}"); bad += 1
         elif not refused and out.returncode != 0:
             print(f"ERROR {where}: validate refuses this configuration:\n{out.stdout}{out.stderr}"); bad += 1
-print(f"check-docs: {checked_links} relative links, {checked_blocks} configuration blocks checked")
+# Section references from outside the docs.
+ref = re.compile(r"(?<![\w/.-])((?:docs/)?[\w-]+\.md)#([\w-]+)")
+checked_refs = 0
+for path in others:
+    try:
+        text = open(path).read()
+    except (UnicodeDecodeError, OSError):
+        continue
+    for page, fragment in ref.findall(text):
+        dest = page if page.startswith("docs/") or os.path.exists(page) else f"docs/{page}"
+        checked_refs += 1
+        if not os.path.exists(dest):
+            print(f"ERROR {path}: {page}#{fragment}: {dest} does not exist"); bad += 1
+        elif fragment not in anchors(dest):
+            print(f"ERROR {path}: {page}#{fragment}: {dest} has no heading #{fragment}"); bad += 1
+print(f"check-docs: {checked_links} relative links, {checked_blocks} configuration blocks, "
+      f"{checked_refs} section references from outside docs/ checked")
 sys.exit(1 if bad else 0)
 PY
