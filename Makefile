@@ -159,9 +159,11 @@ image: image-deps static
 
 # One image per architecture, then the manifest list (an OCI image index) that names both: a
 # node pulls the one of its architecture. Recreated from scratch each time.
+# STATIC_LIBC is decided per architecture (whether its musl target is there or can be added),
+# so each sub-make decides it again.
 image-multiarch:
-	$(MAKE) image IMAGE_ARCH=x86_64 IMAGE=$(IMAGE)-amd64
-	$(MAKE) image IMAGE_ARCH=aarch64 IMAGE=$(IMAGE)-arm64
+	env -u STATIC_LIBC $(MAKE) image IMAGE_ARCH=x86_64 IMAGE=$(IMAGE)-amd64
+	env -u STATIC_LIBC $(MAKE) image IMAGE_ARCH=aarch64 IMAGE=$(IMAGE)-arm64
 	-$(IMAGE_BUILDER) manifest rm $(IMAGE) >/dev/null 2>&1
 	$(IMAGE_BUILDER) manifest create $(IMAGE) containers-storage:$(IMAGE)-amd64 containers-storage:$(IMAGE)-arm64
 	$(IMAGE_BUILDER) manifest inspect $(IMAGE)
