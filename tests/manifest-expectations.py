@@ -156,7 +156,39 @@ def check(name, docs):
             return (check_installer(installer(docs), mode="install", bin_dir="/opt/cni/bin", image=image,
                                     namespace="roce-ipvlan")
                     + check_namespace(docs, "roce-ipvlan")
-                    + check_nads(docs, names=["rdma-rail-0"], namespace="ml"))
+                    + check_nads(docs, names=["rdma-rail-0"], namespace="ml")
+                    + [f"NAD ipam {conf['ipam']}, expected the values' host-local object as is"
+                       for _, (d, conf) in nads(docs).items()
+                       if conf["ipam"] != {"type": "host-local", "subnet": "10.224.0.0/16"}])
+        if name == "chart:custom":
+            ds = installer(docs)
+            spec = ds["spec"]["template"]["spec"]
+            c = spec["containers"][0]
+            want = {
+                "image": "registry.example.com/roce-ipvlan:0.1.0-rc1",
+                "imagePullPolicy": "Always",
+                "hostPath": "/usr/libexec/cni",
+                "nodeSelector": {"node-role.kubernetes.io/gpu": ""},
+                "tolerations": [{"key": "example.com/maintenance", "operator": "Exists"}],
+                "interval": ["--interval", "15"],
+            }
+            got = {
+                "image": c["image"],
+                "imagePullPolicy": c["imagePullPolicy"],
+                "hostPath": [v for v in spec["volumes"] if v["name"] == "cni-bin"][0]["hostPath"]["path"],
+                "nodeSelector": spec["nodeSelector"],
+                "tolerations": spec["tolerations"],
+                "interval": c["command"][c["command"].index("--interval"):][:2],
+            }
+            errors = [f"{k}: {got[k]!r}, expected {want[k]!r}" for k in want if got[k] != want[k]]
+            errors += check_nads(docs, names=["rdma-rail-0"], namespace="roce-ipvlan",
+                                 pool=("ippool", "rdma-rail-pool"))
+            terms = pools(docs)[("IPPool", "rdma-rail-pool")]["spec"]["nodeSelector"]["nodeSelectorTerms"]
+            want_terms = [{"matchExpressions": [{"key": "node-role.kubernetes.io/gpu", "operator": "In",
+                                                 "values": [""]}]}]
+            if terms != want_terms:
+                errors.append(f"IPPool nodeSelectorTerms {terms}, expected {want_terms}")
+            return errors
     except (AssertionError, KeyError, IndexError, TypeError, ValueError) as e:
         return [f"unexpected shape: {type(e).__name__}: {e}"]
     return [f"no expectations for {name}: add them to tests/manifest-expectations.py"]

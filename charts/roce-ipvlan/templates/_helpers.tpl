@@ -38,6 +38,11 @@ helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
 {{- if not (get $ipam "poolName") -}}
 {{- $_ := set $ipam "poolName" (ternary .Values.cidrPool.name .Values.ipPool.name (eq $type "cidrpool")) -}}
 {{- end -}}
+{{- else -}}
+{{- /* Helm merges the values' ipam with the defaults: drop nv-ipam's keys left empty. */ -}}
+{{- range $key := list "poolType" "poolName" -}}
+{{- if not (get $ipam $key) }}{{- $_ := unset $ipam $key -}}{{- end -}}
+{{- end -}}
 {{- end -}}
 {{- toJson $ipam -}}
 {{- end -}}
