@@ -7,8 +7,10 @@
 #                  version and the module table (docs/design.md)
 #   make vm-test   build, then boot the test VM and run tests/vm/suite
 #   make vm-suite  the VM suite only, with whatever binary ROCE_IPVLAN_BIN points at
-#   make validate-manifests  YAML under deploy/ and examples/: parses, Kubernetes schemas, and
-#                  every NAD's config through `roce-ipvlan validate` (tests/validate-manifests.sh)
+#   make validate-manifests  YAML under deploy/ and examples/ and the chart's renderings: parse,
+#                  Kubernetes schemas, every NAD's config through `roce-ipvlan validate`, each
+#                  build checked against what it must hold (tests/validate-manifests.sh); the
+#                  docs' relative links and configuration snippets (tests/check-docs.sh)
 #   make vm-traffic  pod-to-pod traffic between two emulated nodes, RoCE v2 with ib_write_bw,
 #                  in a VM booting trixie-backports' 7.x kernel (docs/traffic.md)
 #   make vm-rust   the privileged Rust tests (netlink verbs, netns entry, ADD's rollback at each
@@ -23,8 +25,12 @@
 #                  + vm-traffic + vm-traffic-ofed
 #                  (what CI runs)
 #   make image     static release binary built on the host, in a FROM scratch image of
-#                  deploy/Containerfile (podman; offline, no registry); IMAGE_ARCH=aarch64 for
-#                  arm64 nodes needs a cross toolchain (docs/deploy.md#other-architectures)
+#                  deploy/Containerfile (podman; offline, no registry), for IMAGE_ARCH (default
+#                  the host's; aarch64 from x86_64 links with rust-lld, no cross toolchain)
+#   make image-multiarch  make image for amd64 and arm64 (IMAGE-amd64, IMAGE-arm64), then the
+#                  manifest list IMAGE holding both (podman manifest; docs/deploy.md#the-image)
+#   make image-push  push the manifest list and both images to IMAGE's registry (podman login
+#                  first); no image is published by the project yet
 #   make image-test  make image, then the installer from the exported image into a temporary
 #                  host directory: lands atomically, executable, answers VERSION (tests/image-test.sh)
 #   make vm-shell  interactive shell in the VM, rails and rxe devices set up
@@ -55,11 +61,17 @@ IMAGE_REPO ?= ghcr.io/roce-ipvlan/roce-ipvlan
 IMAGE ?= $(IMAGE_REPO):$(VERSION)
 # podman if present, else docker (the docker client alone is not enough: it needs an engine).
 IMAGE_BUILDER ?= $(shell command -v podman >/dev/null 2>&1 && echo podman || echo docker)
-# The image's architecture: the host's by default. aarch64 from an x86_64 host needs the Rust
-# target and a cross linker (docs/deploy.md#other-architectures).
+# The image's architecture: the host's by default. Another one (aarch64 from an x86_64 host)
+# needs only its Rust target, which rustup adds: the static musl binary links with rust-lld,
+# shipped with the toolchain (docs/deploy.md#other-architectures).
 IMAGE_ARCH ?= $(shell uname -m)
 IMAGE_PLATFORM = linux/$(if $(filter aarch64 arm64,$(IMAGE_ARCH)),arm64,amd64)
-RUST_ARCH = $(if $(filter arm64,$(IMAGE_ARCH)),aarch64,$(IMAGE_ARCH))
+RUST_ARCH = $(patsubst arm64,aarch64,$(patsubst amd64,x86_64,$(IMAGE_ARCH)))
+ifneq ($(RUST_ARCH),$(shell uname -m))
+CROSS_LINKER_ENV = CARGO_TARGET_$(shell echo $(RUST_ARCH)_unknown_linux_$(or $(STATIC_LIBC),musl) | tr a-z A-Z)_LINKER=$${CROSS_LINKER:-rust-lld}
+endif
+# What `make image` needs besides a Rust toolchain (make deps installs far more: the VM's).
+IMAGE_TOOLS = $(IMAGE_BUILDER) readelf git
 # The shipped binary links musl (docs/deploy.md). The Rust target comes from rustup: when it is
 # missing, rustup adds it (a download); where that cannot be done, the static build links
 # glibc instead, says so here, and the bench page names the target it measured. Decided once
@@ -72,7 +84,7 @@ RUST_TARGET = $(RUST_ARCH)-unknown-linux-$(STATIC_LIBC)
 STATIC_BIN = target/$(RUST_TARGET)/release/roce-ipvlan
 IMAGE_CONTEXT = target/image/$(RUST_TARGET)
 
-.PHONY: build unit lint vm-test vm-rust vm-suite test vm-shell demo deps validate-manifests static static-bin image image-test vm-traffic demo-traffic fuzz vm-ofed vm-traffic-ofed
+.PHONY: build unit lint vm-test vm-rust vm-suite test vm-shell demo deps validate-manifests static static-bin image image-deps image-multiarch image-push image-test vm-traffic demo-traffic fuzz vm-ofed vm-traffic-ofed
 
 build:
 	$(CARGO) build --locked -p roce-ipvlan
@@ -116,13 +128,14 @@ test:
 
 validate-manifests: build
 	tests/validate-manifests.sh
+	tests/check-docs.sh
 
 # The shipped binary: musl, statically linked (static-pie), with the Rust target's own musl
 # (no musl-tools needed; STATIC_LIBC above). It starts faster and is smaller than a static
 # glibc build (docs/design.md#one-binary-or-two), and a static binary runs on any node's libc.
 # The image holds this binary and nothing else; `make bench` measures it.
 static:
-	RUSTFLAGS='-C target-feature=+crt-static' $(CARGO) build --locked --release --target $(RUST_TARGET) -p roce-ipvlan
+	$(CROSS_LINKER_ENV) RUSTFLAGS='-C target-feature=+crt-static' $(CARGO) build --locked --release --target $(RUST_TARGET) -p roce-ipvlan
 	@if readelf -lW $(STATIC_BIN) | grep -q 'INTERP\|Requesting program interpreter'; then \
 		echo "static: $(STATIC_BIN) is dynamically linked" >&2; exit 1; fi
 	@echo "static: $(STATIC_BIN) is static, $$(stat -c %s $(STATIC_BIN)) bytes"
@@ -131,12 +144,32 @@ static:
 static-bin:
 	@echo $(STATIC_BIN)
 
-image: deps static
+image-deps:
+	@missing=; for t in $(IMAGE_TOOLS); do command -v $$t >/dev/null || missing="$$missing $$t"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "image: missing:$$missing; install podman (or docker with an engine: IMAGE_BUILDER=docker), binutils (readelf) and git" >&2; exit 1; \
+	fi
+
+image: image-deps static
 	rm -rf $(IMAGE_CONTEXT) && mkdir -p $(IMAGE_CONTEXT)
 	cp $(STATIC_BIN) $(IMAGE_CONTEXT)/roce-ipvlan
 	$(IMAGE_BUILDER) build --platform $(IMAGE_PLATFORM) -f deploy/Containerfile \
 		--build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) \
 		-t $(IMAGE) $(IMAGE_CONTEXT)
+
+# One image per architecture, then the manifest list (an OCI image index) that names both: a
+# node pulls the one of its architecture. Recreated from scratch each time.
+# STATIC_LIBC is decided per architecture (whether its musl target is there or can be added),
+# so each sub-make decides it again.
+image-multiarch:
+	env -u STATIC_LIBC $(MAKE) image IMAGE_ARCH=x86_64 IMAGE=$(IMAGE)-amd64
+	env -u STATIC_LIBC $(MAKE) image IMAGE_ARCH=aarch64 IMAGE=$(IMAGE)-arm64
+	-$(IMAGE_BUILDER) manifest rm $(IMAGE) >/dev/null 2>&1
+	$(IMAGE_BUILDER) manifest create $(IMAGE) containers-storage:$(IMAGE)-amd64 containers-storage:$(IMAGE)-arm64
+	$(IMAGE_BUILDER) manifest inspect $(IMAGE)
+
+image-push:
+	$(IMAGE_BUILDER) manifest push --all $(IMAGE) docker://$(IMAGE)
 
 image-test: image
 	IMAGE_BUILDER=$(IMAGE_BUILDER) IMAGE_PLATFORM=$(IMAGE_PLATFORM) tests/image-test.sh $(IMAGE) $(STATIC_BIN)

@@ -2,7 +2,7 @@
 # One version source: [workspace.package] version in Cargo.toml. Every other place that names
 # the release must agree with it (make lint runs this):
 #   - each image reference ghcr.io/roce-ipvlan/roce-ipvlan:<tag> in deploy/, examples/, docs/,
-#     charts/, README.md, and the kustomization's newTag;
+#     charts/, README.md, and the kustomizations' newTag (deploy/base/, examples/);
 #   - the Helm chart's version and appVersion (charts/roce-ipvlan/Chart.yaml);
 #   - CHANGELOG.md has a section for the version (or the version is still Unreleased);
 #   - Cargo.lock records the same version for the roce-ipvlan package.
@@ -27,7 +27,7 @@ while IFS=: read -r file line tag; do
 	tag=${tag#:}
 	[[ $tag == "$version" ]] ||
 		{ echo "check-version: $file:$line: newTag $tag, expected $version" >&2; bad=1; }
-done < <(grep -rn 'newTag:' deploy || true)
+done < <(grep -rn 'newTag:' deploy examples || true)
 if ! grep -qE "^## \[?$version\]?( |$)" CHANGELOG.md; then
 	echo "check-version: CHANGELOG.md has no '## $version' section" >&2
 	bad=1

@@ -4,10 +4,12 @@
 #      kustomization's resources exist;
 #   2. Kubernetes built-in kinds validate against the Kubernetes OpenAPI schemas, strictly
 #      (unknown fields refused), with kubernetes-validate, which ships the schemas; so do the
-#      pod templates of MPIJobs and PyTorchJobs (checked as PodTemplates) and what each
+#      pod templates of MPIJobs and PyTorchJobs (checked as PodTemplates), the Job templates of
+#      JobSets (checked as Jobs) and what each
 #      kustomization builds (deploy/, deploy/openshift/: its patches must apply);
 #   3. custom resources (NetworkAttachmentDefinition, IPPool, CIDRPool, NicClusterPolicy,
-#      MPIJob) validate against the project's schemas, tests/schemas/custom-resources.yaml
+#      NicNodePolicy, MPIJob, PyTorchJob, JobSet) validate against the project's schemas,
+#      tests/schemas/custom-resources.yaml
 #      (unknown fields refused at every level the examples use); a custom kind without a
 #      schema there fails;
 #   4. `roce-ipvlan validate --strict` over all files as one set: every roce-ipvlan
@@ -15,7 +17,11 @@
 #      RDMA resources and the NicClusterPolicies' offers; warnings fail;
 #   5. (default file set only) the Helm chart charts/roce-ipvlan: `helm lint --strict` and
 #      rendered with its default values and each tests/helm-values/*.yaml, by Helm v4 as a
-#      library (helm-python-sdk, offline); each rendering passes 1-4 as a set of its own;
+#      library (helm-python-sdk, offline); each rendering passes 1-4 as a set of its own, and
+#      a values file with an "# expect-fail:" line must be refused with that message;
+#   (2, 5) each kustomize build and each chart rendering holds what its kustomization or values
+#      say (tests/manifest-expectations.py: tolerations, image, probes, mode, paths, NADs'
+#      namespace and pools, the namespace's Pod Security label);
 #   6. (default file set only) the known-bad manifests in tests/validate-fixtures/ each fail,
 #      with the message their "# expect:" line names: the checks above can fail.
 #
@@ -64,28 +70,27 @@ echo "== parse, custom resources against tests/schemas/custom-resources.yaml (${
 check_files() { # FILE... : parse + custom-resource schemas; pod templates of jobs to $templates
 	"$venv/bin/python" - "$templates" "$@" <<'PY'
 import os, sys, yaml, jsonschema
+sys.path.insert(0, "tests")
+expectations = __import__("manifest-expectations")
 schemas = yaml.safe_load(open("tests/schemas/custom-resources.yaml"))
 builtin = {"v1", "apps/v1", "batch/v1", "policy/v1", "rbac.authorization.k8s.io/v1"}
 templates_out, paths = sys.argv[1], sys.argv[2:]
 templates, bad = [], 0
 
-def render(kdir):
-    """What kustomize builds from kdir, for the features deploy/ uses (resources, namespace,
-    images' newTag, inline JSON 6902 patches with add/replace); no kustomize that reads these
-    files is packaged for Debian bookworm. Raises on a patch path that does not exist."""
-    k = yaml.safe_load(open(os.path.join(kdir, "kustomization.yaml")))
-    docs = []
-    for r in k.get("resources", []):
-        path = os.path.join(kdir, r)
-        docs += render(path) if os.path.isdir(path) else [d for d in yaml.safe_load_all(open(path)) if d]
-    for d in docs:
-        if k.get("namespace") and d["kind"] != "Namespace":
-            d["metadata"]["namespace"] = k["namespace"]
-        for c in (d.get("spec", {}).get("template", {}).get("spec", {}).get("containers", [])):
-            for img in k.get("images", []):
-                if c["image"].split(":")[0] == img["name"] and "newTag" in img:
-                    c["image"] = f"{img['name']}:{img['newTag']}"
-    for p in k.get("patches", []):
+def containers(node):
+    """Every container of an object, at any depth (kustomize's images: does the same)."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in ("containers", "initContainers") and isinstance(value, list):
+                yield from (c for c in value if isinstance(c, dict))
+            else:
+                yield from containers(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from containers(item)
+
+def patch(docs, patches):
+    for p in patches:
         t = p["target"]
         for d in (d for d in docs if d["kind"] == t["kind"] and d["metadata"]["name"] == t["name"]):
             for op in yaml.safe_load(p["patch"]):
@@ -100,6 +105,37 @@ def render(kdir):
                 elif op["op"] == "replace" and last not in node:
                     raise KeyError(f"{op['path']}: nothing to replace")
                 node[last] = op["value"]
+
+def render(kdir):
+    """What kustomize builds from kdir, for the features deploy/ and examples/ use (resources,
+    components with patches, namespace, images' newName and newTag, inline JSON 6902 patches
+    with add/replace); no kustomize that reads these files is packaged for Debian bookworm.
+    Raises on a patch path that does not exist, and on an overlay that builds on a directory
+    holding it (kustomize refuses that as a cycle)."""
+    k = yaml.safe_load(open(os.path.join(kdir, "kustomization.yaml")))
+    docs = []
+    for r in k.get("resources", []):
+        path = os.path.join(kdir, r)
+        if os.path.isdir(path):
+            if os.path.abspath(kdir).startswith(os.path.abspath(path) + os.sep):
+                raise OSError(f"{r}: kustomize refuses a resource directory that holds the kustomization (cycle)")
+            docs += render(path)
+        else:
+            docs += [d for d in yaml.safe_load_all(open(path)) if d]
+    for c in k.get("components", []):
+        comp = yaml.safe_load(open(os.path.join(kdir, c, "kustomization.yaml")))
+        if comp.get("kind") != "Component":
+            raise TypeError(f"{c} is not a kustomize Component")
+        patch(docs, comp.get("patches", []))
+    for d in docs:
+        if k.get("namespace") and d["kind"] != "Namespace":
+            d["metadata"]["namespace"] = k["namespace"]
+        for c in containers(d):
+            for img in k.get("images", []):
+                name, _, tag = c["image"].partition(":")
+                if name == img["name"]:
+                    c["image"] = f"{img.get('newName', name)}:{img.get('newTag', tag)}"
+    patch(docs, k.get("patches", []))
     return docs
 for path in paths:
     try:
@@ -111,14 +147,22 @@ for path in paths:
         where = f"{path} document {i}"
         if not isinstance(d, dict):
             print(f"ERROR {where}: not a mapping"); bad += 1; continue
+        if d.get("kind") == "Component" and d.get("apiVersion", "").startswith("kustomize.config.k8s.io/"):
+            # Built as part of the kustomizations that use it.
+            print(f"ok    {path}: kustomize Component"); continue
         if d.get("kind") == "Kustomization":
             for key in ("resources", "components"):
                 for r in d.get(key, []):
                     if not os.path.exists(os.path.join(os.path.dirname(path), r)):
                         print(f"ERROR {path}: {key[:-1]} {r} does not exist"); bad += 1
             try:
-                # Rendered, then checked as Kubernetes objects with the rest.
-                templates += render(os.path.dirname(path) or ".")
+                # Rendered, then checked as Kubernetes objects with the rest, and against what
+                # it must hold (tests/manifest-expectations.py).
+                built = render(os.path.dirname(path) or ".")
+                templates += built
+                name = os.path.normpath(os.path.dirname(path) or ".")
+                for e in expectations.check(name, built):
+                    print(f"ERROR {path}: built: {e}"); bad += 1
             except (KeyError, IndexError, TypeError, OSError) as e:
                 print(f"ERROR {path}: cannot build: {e}"); bad += 1
             continue
@@ -136,6 +180,11 @@ for path in paths:
                 print(f"ERROR {where} {key}: {field}: {e.message}"); bad += 1
         elif d["apiVersion"] not in builtin:
             print(f"ERROR {where}: {key} has no schema in tests/schemas/custom-resources.yaml; add one"); bad += 1
+        for job in (d.get("spec") or {}).get("replicatedJobs") or [] if d["kind"] == "JobSet" else []:
+            # A JobSet's replicated job is a Job template: checked as a batch/v1 Job.
+            templates.append({"apiVersion": "batch/v1", "kind": "Job",
+                              "metadata": {"name": f"{d['metadata']['name']}-{job.get('name', 'x')}"},
+                              "spec": (job.get("template") or {}).get("spec") or {}})
         replicas = {"MPIJob": "mpiReplicaSpecs", "PyTorchJob": "pytorchReplicaSpecs"}.get(d["kind"])
         for role, spec in ((d.get("spec") or {}).get(replicas) or {}).items() if replicas else []:
             templates.append({"apiVersion": "v1", "kind": "PodTemplate",
@@ -155,7 +204,8 @@ check_k8s() { # FILE... and the pod templates check_files found
 	[[ ! -s $templates ]] || k8s_files+=("$templates")
 	out=$("$venv/bin/kubernetes-validate" --strict -k "$k8s" "${k8s_files[@]}" 2>&1) && rc=0 || rc=$?
 	# Custom resources have no bundled schema: kubernetes-validate warns and passes them.
-	grep -v "Couldn't find schema for kind" <<<"$out" || true
+	# Passing objects are listed at INFO level: only the failures are worth reading.
+	grep -v "Couldn't find schema for kind\|^INFO .* passed for resource" <<<"$out" || true
 	return "$rc"
 }
 check_k8s "${files[@]}" || { echo "validate-manifests: schema validation failed" >&2; exit 1; }
@@ -177,17 +227,39 @@ problems = [m for m in report["messages"] if m["severity"] >= 2] + report["error
 for m in problems:
     print(f"ERROR helm lint: {m}")
 chart = helm.Chart.load(chart_dir)
+sys.path.insert(0, "tests")
+expectations = __import__("manifest-expectations")
+bad = len(problems)
 for vf in [None] + value_files:
     name = os.path.basename(vf)[:-5] if vf else "defaults"
-    values = yaml.safe_load(open(vf)) if vf else None
-    manifests = chart.render(values, name="roce-ipvlan", namespace="roce-ipvlan", is_install=True)
+    text = open(vf).read() if vf else ""
+    values = yaml.safe_load(text) if vf else None
+    # "# release-namespace: NS": helm -n NS; "# expect-fail: MESSAGE": the chart must refuse
+    # these values with MESSAGE.
+    namespace = ([l.split(":", 1)[1].strip() for l in text.splitlines() if l.startswith("# release-namespace:")]
+                 or ["roce-ipvlan"])[0]
+    expect_fail = [l.split(":", 1)[1].strip() for l in text.splitlines() if l.startswith("# expect-fail:")]
+    try:
+        manifests = chart.render(values, name="roce-ipvlan", namespace=namespace, is_install=True)
+    except Exception as e:
+        if expect_fail and expect_fail[0] in str(e):
+            print(f"ok    {vf}: refused with: {expect_fail[0]}")
+        else:
+            print(f"ERROR {vf}: cannot render: {e}"); bad += 1
+        continue
+    if expect_fail:
+        print(f"ERROR {vf}: rendered, but the chart must refuse it with: {expect_fail[0]}"); bad += 1
+        continue
     docs = [d for t, text in sorted(manifests.items()) if t.endswith(".yaml")
             for d in yaml.safe_load_all(text) if d]
     with open(os.path.join(out_dir, f"{name}.yaml"), "w") as f:
         yaml.safe_dump_all(docs, f)
-    print(f"ok    rendered with {vf or 'the default values'}: "
+    errors = expectations.check(f"chart:{name}", docs)
+    for e in errors:
+        print(f"ERROR rendered with {vf or 'the default values'}: {e}"); bad += 1
+    print(f"{'ok   ' if not errors else 'ERROR'} rendered with {vf or 'the default values'}: "
           + ", ".join(f"{d['kind']} {d['metadata']['name']}" for d in docs))
-sys.exit(1 if problems else 0)
+sys.exit(1 if bad else 0)
 PY
 	for r in "$rendered"/*.yaml; do
 		echo "-- $(basename "$r" .yaml)"

@@ -67,6 +67,7 @@ pub mod fuzzing {
 pub mod subcommand {
     pub use crate::tools::diagnose::main as diagnose;
     pub use crate::tools::install::main as install;
+    pub use crate::tools::install::uninstall_main as uninstall;
     pub use crate::tools::ready::main as ready;
     pub use crate::tools::validate::main as validate;
     pub use crate::tools::workload_env::main as env;

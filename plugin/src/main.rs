@@ -15,8 +15,10 @@ By hand:
   roce-ipvlan validate FILE...                      check NetworkAttachmentDefinitions or configs
   roce-ipvlan install [--to DIR] [--wait]           copy this binary into DIR (default
                                                     /host/opt/cni/bin) atomically (DaemonSet)
-  roce-ipvlan ready [--to DIR] [--rails LIST]       can this node serve attachments (rails up,
-                                                    ports ACTIVE, plugin installed); read-only
+  roce-ipvlan uninstall [--to DIR] [--wait]         remove DIR/roce-ipvlan (the DaemonSet's
+                                                    uninstall mode, docs/deploy.md#uninstall)
+  roce-ipvlan ready [--to DIR] [--rails LIST]       plugin installed and answering (readiness);
+                                                    rail health, gating only with --rails
   roce-ipvlan --version                             plugin version, git commit, CNI versions
 ";
 
@@ -45,6 +47,7 @@ fn main() {
         }
         Some("validate") => roce_ipvlan::subcommand::validate(rest),
         Some("install") => roce_ipvlan::subcommand::install(rest),
+        Some("uninstall") => roce_ipvlan::subcommand::uninstall(rest),
         Some("ready") => roce_ipvlan::subcommand::ready(rest),
         Some("diagnose") => roce_ipvlan::subcommand::diagnose(rest),
         Some("env") => roce_ipvlan::subcommand::env(rest),

@@ -133,11 +133,13 @@ fn install_wait_restores_a_deleted_or_changed_binary() {
         let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
     });
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    // The node's readiness lines (`ready`, logged when it changes) are not this test's.
+    // The node's readiness and rail-health lines (`ready`, logged when they change) are not
+    // this test's.
     let mut next = || loop {
         let line = lines.next().expect("a line").expect("utf-8");
         if !(line.starts_with("ready: ")
             || line.starts_with("not ready: ")
+            || line.starts_with("rail health ")
             || line.starts_with("  "))
         {
             return line;
@@ -173,7 +175,14 @@ fn install_wait_restores_a_deleted_or_changed_binary() {
 /// option and the usage on stderr.
 #[test]
 fn every_subcommand_parses_options_alike() {
-    for command in ["env", "diagnose", "validate", "install", "ready"] {
+    for command in [
+        "env",
+        "diagnose",
+        "validate",
+        "install",
+        "uninstall",
+        "ready",
+    ] {
         let (code, out, err) = run(&[command, "--help"]);
         assert_eq!(code, 0, "{command} --help: {err}");
         assert!(
@@ -198,6 +207,7 @@ fn every_subcommand_parses_options_alike() {
         ("env", "--format"),
         ("diagnose", "--pid"),
         ("install", "--to"),
+        ("uninstall", "--to"),
         ("ready", "--rails"),
     ] {
         let (code, _, err) = run(&[command, option]);

@@ -7,6 +7,11 @@
 //! file or the new one, and the rename survives a crash of the node. A target with the same content is left alone, so a
 //! restarted pod does not rewrite it; a new image has a new binary, and the rollout of the
 //! DaemonSet reinstalls it.
+//!
+//! `roce-ipvlan uninstall` removes the installed binary: the DaemonSet's uninstall mode
+//! (docs/deploy.md#uninstall), rolled out on purpose before the DaemonSet is deleted. A plain
+//! restart or rolling update of the installer never removes anything: pods attached on the
+//! node need the plugin for their DEL.
 
 use std::fs::{self, File};
 use std::io::{self, Read};
@@ -25,12 +30,7 @@ pub enum Installed {
 
 /// Installs `source` as `dir/name` atomically, mode 0755.
 pub fn install(source: &Path, dir: &Path, name: &str) -> io::Result<Installed> {
-    if name.is_empty() || name.contains('/') || name.starts_with('.') {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("{name:?} is not a plain file name"),
-        ));
-    }
+    check_name(name)?;
     let content =
         fs::read(source).map_err(|e| annotate(e, &format!("cannot read {}", source.display())))?;
     let target = dir.join(name);
@@ -48,7 +48,11 @@ fn same_content(target: &Path, content: &[u8]) -> io::Result<bool> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
         Err(e) => return Err(annotate(e, &format!("cannot read {}", target.display()))),
     };
-    if file.metadata()?.len() != content.len() as u64 {
+    let meta = file.metadata()?;
+    // A copy that lost its mode is rewritten too: Multus could not exec it.
+    if meta.len() != content.len() as u64
+        || std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o7777 != 0o755
+    {
         return Ok(false);
     }
     let mut existing = Vec::with_capacity(content.len());
@@ -58,6 +62,53 @@ fn same_content(target: &Path, content: &[u8]) -> io::Result<bool> {
 
 fn annotate(e: io::Error, what: &str) -> io::Error {
     io::Error::new(e.kind(), format!("{what}: {e}"))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Removed {
+    Removed,
+    /// There was nothing to remove.
+    Absent,
+}
+
+/// Removes `dir/name` (a regular file or a symlink, never a directory) and syncs the
+/// directory, so that the removal survives a crash of the node.
+pub fn uninstall(dir: &Path, name: &str) -> io::Result<Removed> {
+    check_name(name)?;
+    let target = dir.join(name);
+    match fs::symlink_metadata(&target) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Removed::Absent),
+        Err(e) => return Err(annotate(e, &format!("cannot read {}", target.display()))),
+        Ok(m) if m.is_dir() => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{} is a directory, not the plugin: left alone",
+                    target.display()
+                ),
+            ))
+        }
+        Ok(_) => {}
+    }
+    match fs::remove_file(&target) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Removed::Absent),
+        Err(e) => return Err(annotate(e, &format!("cannot remove {}", target.display()))),
+    }
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| annotate(e, &format!("cannot sync {}", dir.display())))?;
+    Ok(Removed::Removed)
+}
+
+fn check_name(name: &str) -> io::Result<()> {
+    if name.is_empty() || name.contains('/') || name.starts_with('.') {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{name:?} is not a plain file name"),
+        ));
+    }
+    Ok(())
 }
 
 /// How often `--wait` checks the installed binary by default.
@@ -111,7 +162,8 @@ pub fn main(args: &[String]) -> i32 {
         let target = dir.join(&name);
         let mut last_ready = String::new();
         let mut log_ready = move || {
-            let (_, text) = ready::report(&ready::gather(rails.as_deref(), &target));
+            let (_, text) =
+                ready::report(&ready::gather(rails.as_deref(), &target), rails.is_some());
             if text != last_ready {
                 println!("{text}");
                 last_ready = text;
@@ -132,6 +184,88 @@ pub fn main(args: &[String]) -> i32 {
         });
     }
     0
+}
+
+/// `roce-ipvlan uninstall [--to DIR] [--name NAME] [--wait [--interval SECS]] [--check]`;
+/// returns the exit status. Removes DIR/NAME; with `--wait` it stays up until SIGTERM/SIGINT and
+/// removes it again every `--interval` seconds (an installer pod of the previous mode may still
+/// be terminating), so that the DaemonSet in uninstall mode keeps the node clean until it is
+/// deleted. `--check` (its readiness probe) removes nothing: exit 0 when DIR/NAME is absent.
+pub fn uninstall_main(args: &[String]) -> i32 {
+    const USAGE: &str = "usage: roce-ipvlan uninstall [--to DIR] [--name NAME] [--wait \
+                 [--interval SECS]] [--check]\n\
+                 Removes DIR/NAME (default /host/opt/cni/bin/roce-ipvlan); --wait then stays up \
+                 until SIGTERM, removing it again if it comes back (checked every SECS seconds, \
+                 default 60). --check removes nothing: exit 0 when it is absent, 1 when not. \
+                 Pods still attached through roce-ipvlan on the node need the plugin for their \
+                 DEL: delete them first (docs/deploy.md#uninstall).";
+    let (args, check) = match cli::args_or_exit("uninstall", USAGE, parse_uninstall_args(args)) {
+        Ok(args) => args,
+        Err(code) => return code,
+    };
+    let target = args.dir.join(&args.name);
+    if check {
+        return match fs::symlink_metadata(&target) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                println!("uninstalled: {} is absent", target.display());
+                0
+            }
+            Ok(_) => {
+                println!("not uninstalled: {} is still there", target.display());
+                1
+            }
+            Err(e) => {
+                println!("not uninstalled: cannot read {}: {e}", target.display());
+                1
+            }
+        };
+    }
+    let signals = if args.wait { block_signals() } else { None };
+    let remove = |quiet: bool| match uninstall(&args.dir, &args.name) {
+        Ok(Removed::Removed) => {
+            println!("removed {}", target.display());
+            true
+        }
+        Ok(Removed::Absent) => {
+            if !quiet {
+                println!("{} is absent: nothing to remove", target.display());
+            }
+            true
+        }
+        Err(e) => {
+            eprintln!("roce-ipvlan uninstall: {e}");
+            false
+        }
+    };
+    if !remove(false) {
+        return 1;
+    }
+    if args.wait {
+        keep_installed(signals, args.interval, || {
+            remove(true);
+        });
+    }
+    0
+}
+
+/// Parsed `uninstall` arguments: `install`'s, without `--from` and `--rails`, with `--check`.
+fn parse_uninstall_args(args: &[String]) -> cli::Outcome<(Args, bool)> {
+    cli::parse(args, |p| {
+        let mut parsed = Args::defaults();
+        let mut check = false;
+        while let Some(arg) = p.next()? {
+            match arg {
+                Long("to") => parsed.dir = PathBuf::from(cli::string(p)?),
+                Long("name") => parsed.name = cli::string(p)?,
+                Long("wait") => parsed.wait = true,
+                Long("check") => check = true,
+                Long("interval") => parsed.interval = interval(p)?,
+                Short('h') | Long("help") => return Ok(Parsed::Help),
+                arg => return Err(cli::unexpected(arg)),
+            }
+        }
+        Ok(Parsed::Run((parsed, check)))
+    })
 }
 
 fn block_signals() -> Option<nix::sys::signal::SigSet> {
@@ -206,16 +340,29 @@ struct Args {
     rails: Option<Vec<String>>,
 }
 
-fn parse_args(args: &[String]) -> cli::Outcome<Args> {
-    cli::parse(args, |p| {
-        let mut parsed = Args {
+impl Args {
+    fn defaults() -> Args {
+        Args {
             dir: PathBuf::from(DEFAULT_DIR),
             name: DEFAULT_NAME.to_string(),
             from: None,
             wait: false,
             interval: std::time::Duration::from_secs(DEFAULT_INTERVAL_SECS),
             rails: None,
-        };
+        }
+    }
+}
+
+fn interval(p: &mut lexopt::Parser) -> Result<std::time::Duration, cli::Error> {
+    match cli::parsed::<u64>(p, "--interval")? {
+        0 => Err(cli::Error::new("--interval needs at least 1 second")),
+        secs => Ok(std::time::Duration::from_secs(secs)),
+    }
+}
+
+fn parse_args(args: &[String]) -> cli::Outcome<Args> {
+    cli::parse(args, |p| {
+        let mut parsed = Args::defaults();
         while let Some(arg) = p.next()? {
             match arg {
                 Long("to") => parsed.dir = PathBuf::from(cli::string(p)?),
@@ -223,10 +370,7 @@ fn parse_args(args: &[String]) -> cli::Outcome<Args> {
                 Long("from") => parsed.from = Some(PathBuf::from(cli::string(p)?)),
                 Long("wait") => parsed.wait = true,
                 Long("rails") => parsed.rails = Some(ready::rail_list(&cli::string(p)?)?),
-                Long("interval") => match cli::parsed::<u64>(p, "--interval")? {
-                    0 => return Err(cli::Error::new("--interval needs at least 1 second")),
-                    secs => parsed.interval = std::time::Duration::from_secs(secs),
-                },
+                Long("interval") => parsed.interval = interval(p)?,
                 Short('h') | Long("help") => return Ok(Parsed::Help),
                 arg => return Err(cli::unexpected(arg)),
             }
@@ -272,6 +416,80 @@ mod tests {
         ] {
             assert!(parse_args(&args(bad)).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn uninstall_arguments() {
+        let args = |l: &[&str]| l.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let Ok(Parsed::Run((a, check))) =
+            parse_uninstall_args(&args(&["--to=/x", "--wait", "--interval", "5"]))
+        else {
+            panic!("valid arguments");
+        };
+        assert_eq!(
+            (a.dir, a.wait, a.interval, check),
+            (
+                PathBuf::from("/x"),
+                true,
+                std::time::Duration::from_secs(5),
+                false
+            )
+        );
+        assert!(matches!(
+            parse_uninstall_args(&args(&["--check"])),
+            Ok(Parsed::Run((_, true)))
+        ));
+        for bad in [
+            &["--from", "/y"][..],
+            &["--rails", "rdma0"],
+            &["--interval", "0"],
+        ] {
+            assert!(parse_uninstall_args(&args(bad)).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn uninstall_removes_the_binary_and_nothing_else() {
+        let src = tempfile::tempdir().unwrap();
+        let dst = tempfile::tempdir().unwrap();
+        let a = file_with(src.path(), "a", b"version a");
+        file_with(dst.path(), "bridge", b"another plugin");
+        install(&a, dst.path(), "roce-ipvlan").unwrap();
+        assert_eq!(
+            uninstall(dst.path(), "roce-ipvlan").unwrap(),
+            Removed::Removed
+        );
+        assert!(!dst.path().join("roce-ipvlan").exists());
+        assert_eq!(
+            uninstall(dst.path(), "roce-ipvlan").unwrap(),
+            Removed::Absent
+        );
+        assert_eq!(
+            fs::read(dst.path().join("bridge")).unwrap(),
+            b"another plugin"
+        );
+        fs::create_dir(dst.path().join("dir")).unwrap();
+        let err = uninstall(dst.path(), "dir").unwrap_err();
+        assert!(err.to_string().contains("is a directory"), "{err}");
+        assert!(uninstall(dst.path(), "../bridge").is_err());
+    }
+
+    #[test]
+    fn a_copy_that_lost_its_mode_is_rewritten() {
+        let src = tempfile::tempdir().unwrap();
+        let dst = tempfile::tempdir().unwrap();
+        let a = file_with(src.path(), "a", b"version a");
+        install(&a, dst.path(), "roce-ipvlan").unwrap();
+        let target = dst.path().join("roce-ipvlan");
+        fs::set_permissions(&target, fs::Permissions::from_mode(0o644)).unwrap();
+        assert_eq!(
+            install(&a, dst.path(), "roce-ipvlan").unwrap(),
+            Installed::Replaced
+        );
+        assert_eq!(
+            fs::metadata(&target).unwrap().permissions().mode() & 0o7777,
+            0o755
+        );
     }
 
     #[test]

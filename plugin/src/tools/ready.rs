@@ -1,14 +1,21 @@
-//! `roce-ipvlan ready [--to DIR] [--name NAME] [--rails LIST]`: can this node serve roce-ipvlan
-//! attachments? The installer DaemonSet's readiness probe (so `kubectl get ds` counts the nodes
-//! that cannot) and, from `install --wait`, a line in its log when the answer changes. Multus
-//! never sends STATUS for a NAD, so this is where an operator sees rail health.
+//! `roce-ipvlan ready [--to DIR] [--name NAME] [--rails LIST]`: is the plugin installed on this
+//! node, and how healthy are its rails? The installer DaemonSet's readiness probe and, from
+//! `install --wait`, a line in its log whenever the answer changes. Multus never sends STATUS
+//! for a NAD, so the installer's log is where an operator sees rail health.
 //!
-//! Checked, read-only, in the calling process's network namespace (the DaemonSet runs with
+//! Readiness is what the installer owns: the installed plugin is this binary and answers
+//! (CNI_COMMAND=VERSION). Rail health does not gate it unless `--rails` names the rails: a node
+//! has RoCE ports that are no rails (a front-end or storage port, an InfiniBand-only ConnectX
+//! that the NIC label matches too), and a pod counted unready for them stalls every rollout of
+//! the DaemonSet (`maxUnavailable`) and `kubectl rollout status`. With `--rails`, the operator
+//! said which ports are rails: those, and the RDMA netns mode, gate readiness.
+//!
+//! Rail health, read-only, in the calling process's network namespace (the DaemonSet runs with
 //! hostNetwork, so that is the node's): the RDMA subsystem's netns mode is shared; every rail
 //! (each RDMA port with an Ethernet link layer whose netdev is here, or the netdevs `--rails`
-//! names) is up, its RDMA port ACTIVE, and its GID table has a free slot for a child's GID; the
-//! installed plugin is this binary. The words are those of STATUS and `diagnose`. Reads sysfs,
-//! RDMA netlink and rtnetlink dumps only: no capability is needed, and no namespace is entered.
+//! names) is up, its RDMA port ACTIVE, and its GID table has a free slot for a child's GID. The
+//! words are those of STATUS and `diagnose`. Reads sysfs, RDMA netlink and rtnetlink dumps
+//! only: no capability is needed, and no namespace is entered.
 //!
 //! Exit status: 0 ready, 1 not ready (each problem on a line), 2 bad arguments.
 
@@ -47,14 +54,41 @@ pub struct RailFacts {
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum BinaryFacts {
+    /// This binary, and it answers CNI_COMMAND=VERSION.
     Same,
     Missing(PathBuf),
     Differs(PathBuf),
+    /// This binary, but running it fails (not executable, a noexec mount): Multus could not
+    /// run it either.
+    Silent(PathBuf, String),
     Unreadable(String),
 }
 
-/// Every reason this node cannot serve attachments; empty when it can.
-pub fn problems(facts: &NodeFacts) -> Vec<String> {
+/// What keeps the installed plugin from working: the installer's own job; empty when it is in
+/// place and answers.
+pub fn plugin_problems(facts: &NodeFacts) -> Vec<String> {
+    match &facts.binary {
+        BinaryFacts::Same => vec![],
+        BinaryFacts::Missing(path) => vec![format!(
+            "the plugin binary {} is missing: Multus cannot run roce-ipvlan on this node",
+            path.display()
+        )],
+        BinaryFacts::Differs(path) => vec![format!(
+            "the plugin binary {} is not this image's: another version or a changed file",
+            path.display()
+        )],
+        BinaryFacts::Silent(path, e) => vec![format!(
+            "the plugin binary {} is this image's but does not answer CNI_COMMAND=VERSION \
+             ({e}): Multus cannot run it either; check its mode (0755) and that the directory is \
+             not mounted noexec",
+            path.display()
+        )],
+        BinaryFacts::Unreadable(e) => vec![e.clone()],
+    }
+}
+
+/// Every reason the node's rails cannot serve attachments; empty when they can.
+pub fn rail_problems(facts: &NodeFacts) -> Vec<String> {
     let mut out = Vec::new();
     match &facts.netns_mode {
         Ok(NetnsMode::Shared) => {}
@@ -105,18 +139,6 @@ pub fn problems(facts: &NodeFacts) -> Vec<String> {
             Ok(_) => {}
             Err(ref e) => out.push(format!("cannot read the GID table of {}: {e}", rail.port)),
         }
-    }
-    match &facts.binary {
-        BinaryFacts::Same => {}
-        BinaryFacts::Missing(path) => out.push(format!(
-            "the plugin binary {} is missing: Multus cannot run roce-ipvlan on this node",
-            path.display()
-        )),
-        BinaryFacts::Differs(path) => out.push(format!(
-            "the plugin binary {} is not this image's: another version or a changed file",
-            path.display()
-        )),
-        BinaryFacts::Unreadable(e) => out.push(e.clone()),
     }
     out
 }
@@ -206,7 +228,10 @@ fn binary_facts(installed: &Path) -> BinaryFacts {
         Err(e) => return BinaryFacts::Unreadable(format!("cannot read this binary: {e}")),
     };
     match std::fs::read(installed) {
-        Ok(b) if b == this => BinaryFacts::Same,
+        Ok(b) if b == this => match answers(installed) {
+            Ok(()) => BinaryFacts::Same,
+            Err(e) => BinaryFacts::Silent(installed.to_path_buf(), e),
+        },
         Ok(_) => BinaryFacts::Differs(installed.to_path_buf()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             BinaryFacts::Missing(installed.to_path_buf())
@@ -215,20 +240,58 @@ fn binary_facts(installed: &Path) -> BinaryFacts {
     }
 }
 
-/// The one-line verdict and the problems, as the probe prints them and the installer logs them.
-pub fn report(facts: &NodeFacts) -> (bool, String) {
-    let problems = problems(facts);
-    if problems.is_empty() {
-        let rails: Vec<&str> = facts.rails.iter().map(|r| r.netdev.as_str()).collect();
-        (true, format!("ready: rails {}", rails.join(", ")))
+/// Runs the installed plugin as Multus would, with CNI_COMMAND=VERSION (nothing on stdin, no
+/// other environment): it must exit 0 with its supported versions.
+fn answers(installed: &Path) -> Result<(), String> {
+    let out = std::process::Command::new(installed)
+        .env_clear()
+        .env("CNI_COMMAND", "VERSION")
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run it: {e}"))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    if out.status.success() && stdout.contains("supportedVersions") {
+        Ok(())
     } else {
-        let mut text = format!("not ready: {} problem(s)", problems.len());
+        Err(format!("{}, output {:?}", out.status, stdout.trim()))
+    }
+}
+
+/// The verdict and the problems, as the probe prints them and the installer logs them. Rail
+/// problems gate readiness only when `rails_gate` (the operator named the rails with
+/// `--rails`); otherwise they are reported after the verdict.
+pub fn report(facts: &NodeFacts, rails_gate: bool) -> (bool, String) {
+    let plugin = plugin_problems(facts);
+    let rails = rail_problems(facts);
+    let mut gating = plugin;
+    if rails_gate {
+        gating.extend(rails.iter().cloned());
+    }
+    let list = |text: &mut String, problems: &[String]| {
         for p in problems {
             text.push_str("\n  ");
-            text.push_str(&p);
+            text.push_str(p);
         }
-        (false, text)
+    };
+    let ok = gating.is_empty();
+    let mut text = if !ok {
+        format!("not ready: {} problem(s)", gating.len())
+    } else if rails.is_empty() {
+        let names: Vec<&str> = facts.rails.iter().map(|r| r.netdev.as_str()).collect();
+        return (true, format!("ready: rails {}", names.join(", ")));
+    } else {
+        "ready: the plugin is installed and answers".to_string()
+    };
+    list(&mut text, &gating);
+    if !rails_gate && !rails.is_empty() {
+        text.push_str(&format!(
+            "\nrail health (does not gate readiness without --rails): {} problem(s)",
+            rails.len()
+        ));
+        list(&mut text, &rails);
     }
+    (ok, text)
 }
 
 /// A `--rails` list: comma-separated netdev names (`install` passes its own on to `ready`).
@@ -268,15 +331,17 @@ fn parse_args(args: &[String]) -> cli::Outcome<(PathBuf, Option<Vec<String>>)> {
 pub fn main(args: &[String]) -> i32 {
     const USAGE: &str =
         "usage: roce-ipvlan ready [--to DIR] [--name NAME] [--rails rdma0,rdma1,...]\n\
-        Whether this node can serve roce-ipvlan attachments (the installer's readiness probe): \
-        RDMA netns mode shared, every rail up with its RDMA port ACTIVE and a free GID slot, \
-        DIR/NAME (default /host/opt/cni/bin/roce-ipvlan) is this binary. Read-only.\n\
+        The installer's readiness probe: ready when DIR/NAME (default \
+        /host/opt/cni/bin/roce-ipvlan) is this binary and answers CNI_COMMAND=VERSION. Also \
+        reports rail health (RDMA netns mode shared, every rail up with its RDMA port ACTIVE \
+        and a free GID slot), which gates readiness only for the rails --rails names. \
+        Read-only.\n\
         Exit status: 0 ready, 1 not ready, 2 bad arguments.";
     let (installed, rails) = match cli::args_or_exit("ready", USAGE, parse_args(args)) {
         Ok(args) => args,
         Err(code) => return code,
     };
-    let (ok, text) = report(&gather(rails.as_deref(), &installed));
+    let (ok, text) = report(&gather(rails.as_deref(), &installed), rails.is_some());
     println!("{text}");
     i32::from(!ok)
 }
@@ -307,12 +372,66 @@ mod tests {
         }
     }
 
+    /// Every problem, plugin first, as the probe lists them with --rails.
+    fn problems(f: &NodeFacts) -> Vec<String> {
+        let mut p = plugin_problems(f);
+        p.extend(rail_problems(f));
+        p
+    }
+
     #[test]
     fn a_healthy_node_is_ready() {
         assert_eq!(problems(&healthy()), Vec::<String>::new());
+        for gate in [false, true] {
+            assert_eq!(
+                report(&healthy(), gate),
+                (true, "ready: rails rdma0, rdma1".into())
+            );
+        }
+    }
+
+    /// Rail health gates readiness only for the rails the operator named: an unused port
+    /// that is down must not stall the DaemonSet's rollout.
+    #[test]
+    fn rail_problems_gate_readiness_only_with_rails() {
+        let mut f = healthy();
+        f.rails[1].up = Some(false);
+        let (ok, text) = report(&f, false);
+        assert!(ok, "{text}");
         assert_eq!(
-            report(&healthy()),
-            (true, "ready: rails rdma0, rdma1".into())
+            text.lines().take(3).collect::<Vec<_>>(),
+            [
+                "ready: the plugin is installed and answers",
+                "rail health (does not gate readiness without --rails): 1 problem(s)",
+                "  rail rdma1 is down: pods already on it have no connectivity through it and \
+                 new ones cannot attach; bring it up (ip link set rdma1 up)",
+            ]
+        );
+        let (ok, text) = report(&f, true);
+        assert!(!ok);
+        assert!(
+            text.starts_with("not ready: 1 problem(s)\n  rail rdma1 is down"),
+            "{text}"
+        );
+        assert!(!text.contains("rail health"), "{text}");
+        // An InfiniBand-only node: no rail at all, still ready without --rails.
+        let mut f = healthy();
+        f.rails.clear();
+        f.netns_mode = Ok(NetnsMode::Exclusive);
+        let (ok, text) = report(&f, false);
+        assert!(
+            ok && text.contains("2 problem(s)\n  RDMA subsystem netns mode"),
+            "{text}"
+        );
+        // The plugin is the installer's own: it gates readiness either way.
+        let mut f = healthy();
+        f.binary = BinaryFacts::Silent("/d/roce-ipvlan".into(), "exit status: 126".into());
+        let (ok, text) = report(&f, false);
+        assert!(!ok);
+        assert!(
+            text.starts_with("not ready: 1 problem(s)\n  the plugin binary /d/roce-ipvlan is \
+                              this image's but does not answer CNI_COMMAND=VERSION (exit status: 126)"),
+            "{text}"
         );
     }
 
@@ -329,7 +448,7 @@ mod tests {
             "{p:?}"
         );
         assert_eq!(p[1], "rail rdma1 (rxe_rdma1 port 1) is 1: DOWN, not ACTIVE");
-        let (ok, text) = report(&f);
+        let (ok, text) = report(&f, true);
         assert!(!ok);
         assert!(
             text.starts_with("not ready: 2 problem(s)\n  rail rdma0 is down"),
@@ -343,17 +462,17 @@ mod tests {
         f.binary = BinaryFacts::Differs("/host/opt/cni/bin/roce-ipvlan".into());
         let p = problems(&f);
         assert_eq!(p.len(), 4, "{p:?}");
+        assert!(p[0].contains("is not this image's"), "{p:?}");
         assert!(
-            p[0].starts_with("RDMA subsystem netns mode: exclusive"),
+            p[1].starts_with("RDMA subsystem netns mode: exclusive"),
             "{p:?}"
         );
-        assert!(p[1].contains("ACTIVE_DEFER, not ACTIVE"), "{p:?}");
-        assert!(p[2].contains("is full (16 of 16 slots used)"), "{p:?}");
-        assert!(p[3].contains("is not this image's"), "{p:?}");
+        assert!(p[2].contains("ACTIVE_DEFER, not ACTIVE"), "{p:?}");
+        assert!(p[3].contains("is full (16 of 16 slots used)"), "{p:?}");
     }
 
     #[test]
-    fn no_rail_or_a_named_rail_missing_is_not_ready() {
+    fn no_rail_or_a_named_rail_missing_is_a_rail_problem() {
         let mut f = healthy();
         f.rails.clear();
         assert!(problems(&f)[0].starts_with("no rail: "));
@@ -362,7 +481,7 @@ mod tests {
         assert_eq!(p.len(), 1, "{p:?}");
         assert!(p[0].starts_with("rail rdma7 has no RDMA port"), "{p:?}");
         f.binary = BinaryFacts::Missing("/x/roce-ipvlan".into());
-        assert!(problems(&f)[1].contains("/x/roce-ipvlan is missing"));
+        assert!(problems(&f)[0].contains("/x/roce-ipvlan is missing"));
     }
 
     #[test]

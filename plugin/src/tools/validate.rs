@@ -5,14 +5,17 @@
 //!
 //! A file holds one or more YAML documents (JSON is YAML too): NetworkAttachmentDefinitions,
 //! CNI configurations or configuration lists, workloads (Pod, Job, CronJob, Deployment,
-//! StatefulSet, DaemonSet, ReplicaSet, MPIJob, PyTorchJob), NicClusterPolicies, and `List`s of
-//! them. Other documents are skipped. In a configuration list, `cniVersion` and `name` are
+//! StatefulSet, DaemonSet, ReplicaSet, MPIJob, PyTorchJob, JobSet), NicClusterPolicies and
+//! NicNodePolicies, nv-ipam IPPools and CIDRPools, and `List`s of them. Other documents are
+//! skipped. In a configuration list, `cniVersion` and `name` are
 //! copied into each plugin's configuration, as libcni does. Rail lookups are left out: they
 //! depend on the node (see rail.rs).
 //!
-//! All files of one run are one set: a pod is checked against the NADs and NicClusterPolicies
-//! of every file given (the number of roce-ipvlan attachments against its RDMA resources, its
-//! cni-args through the plugin's own parser). What works but loses something (an unknown key, a
+//! All files of one run are one set: a pod is checked against the NADs and Nic*Policies of
+//! every file given (the NADs it names, looked up as Multus does, in the reference's namespace or
+//! the pod's; the number of roce-ipvlan attachments against its RDMA resources; its cni-args
+//! through the plugin's own parser), and a NAD's nv-ipam pools against the IPPools and
+//! CIDRPools given. What works but loses something (an unknown key, a
 //! deviceID NAD without the device-info capability) is a warning; `--strict` fails on warnings.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -82,8 +85,9 @@ pub fn main(args: &[String]) -> i32 {
     const USAGE: &str = "usage: roce-ipvlan validate [--strict] FILE...   ('-' reads stdin)\n\
              Checks every roce-ipvlan configuration in NetworkAttachmentDefinitions (YAML or \
              JSON, multi-document), CNI configurations and configuration lists, and the Pods, \
-             Jobs, MPIJobs, PyTorchJobs, ... that use them (against the NADs and \
-             NicClusterPolicies of all FILEs). --strict: warnings fail too.";
+             Jobs, MPIJobs, PyTorchJobs, JobSets, ... that use them (against the NADs, \
+             NicClusterPolicies, NicNodePolicies and nv-ipam pools of all FILEs). --strict: \
+             warnings fail too.";
     let (strict, files) = match cli::args_or_exit("validate", USAGE, parse_args(args)) {
         Ok(args) => args,
         Err(code) => return code,
@@ -244,8 +248,48 @@ struct NadInfo {
 struct Index {
     /// (namespace, name) of each roce-ipvlan NAD.
     nads: HashMap<(String, String), NadInfo>,
-    /// Resources the NicClusterPolicies offer; None when no NicClusterPolicy was given.
+    /// Resources the NicClusterPolicies and NicNodePolicies offer; None when none was given.
     offered: Option<BTreeSet<String>>,
+    /// nv-ipam pools, as (poolType, name) with poolType `ippool` or `cidrpool`; None when the
+    /// files hold no IPPool or CIDRPool (the pools are then not checked).
+    pools: Option<BTreeSet<(&'static str, String)>>,
+    /// The per-node sections (ofedDriver, rdmaSharedDevicePlugin, sriovDevicePlugin) the
+    /// NicClusterPolicies define, and per NicNodePolicy its sections and node selector.
+    cluster_sections: BTreeSet<String>,
+    node_policies: Vec<NodePolicyInfo>,
+}
+
+/// What the other documents need to know of a NicNodePolicy.
+struct NodePolicyInfo {
+    name: String,
+    sections: BTreeSet<String>,
+    node_selector: Value,
+}
+
+/// The sections a NicNodePolicy may hold; each may be in the NicClusterPolicy or in
+/// NicNodePolicies, never both (the Network Operator's admission webhook refuses that).
+const NODE_SECTIONS: &[&str] = &["ofedDriver", "rdmaSharedDevicePlugin", "sriovDevicePlugin"];
+
+/// The Network Operator derives DaemonSet names and label values from a NicNodePolicy's name;
+/// it refuses longer names.
+const NODE_POLICY_NAME_MAX: usize = 30;
+
+fn sections_of(policy: &Value) -> BTreeSet<String> {
+    NODE_SECTIONS
+        .iter()
+        .filter(|s| {
+            policy
+                .pointer(&format!("/spec/{s}"))
+                .is_some_and(|v| !v.is_null())
+        })
+        .map(|s| s.to_string())
+        .collect()
+}
+
+fn name_of(doc: &Value) -> &str {
+    doc.pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("?")
 }
 
 fn namespace_of(doc: &Value) -> String {
@@ -266,10 +310,38 @@ fn check_docs(docs: &[Doc]) -> Vec<(String, String, Outcome)> {
                     index.nads.insert((namespace_of(value), name.into()), info);
                 }
             }
-            Some("NicClusterPolicy") => index
-                .offered
-                .get_or_insert_with(BTreeSet::new)
-                .extend(offered_resources(value)),
+            Some("NicClusterPolicy") => {
+                index
+                    .offered
+                    .get_or_insert_with(BTreeSet::new)
+                    .extend(offered_resources(value));
+                index.cluster_sections.extend(sections_of(value));
+            }
+            Some("NicNodePolicy") => {
+                index
+                    .offered
+                    .get_or_insert_with(BTreeSet::new)
+                    .extend(offered_resources(value));
+                index.node_policies.push(NodePolicyInfo {
+                    name: name_of(value).into(),
+                    sections: sections_of(value),
+                    node_selector: value
+                        .pointer("/spec/nodeSelector")
+                        .cloned()
+                        .unwrap_or(Value::Null),
+                });
+            }
+            Some(kind @ ("IPPool" | "CIDRPool")) => {
+                let pool_type = if kind == "IPPool" {
+                    "ippool"
+                } else {
+                    "cidrpool"
+                };
+                index
+                    .pools
+                    .get_or_insert_with(BTreeSet::new)
+                    .insert((pool_type, name_of(value).into()));
+            }
             _ => {}
         }
     }
@@ -302,9 +374,14 @@ fn check_value(
     let labelled = |k: &str| format!("{label} {k} {name}");
     match kind {
         Some("NetworkAttachmentDefinition") => {
-            vec![(labelled("NetworkAttachmentDefinition"), check_nad(doc))]
+            vec![(
+                labelled("NetworkAttachmentDefinition"),
+                check_nad(doc, index),
+            )]
         }
-        Some("NicClusterPolicy") => vec![(labelled("NicClusterPolicy"), check_policy(doc))],
+        Some(k @ ("NicClusterPolicy" | "NicNodePolicy")) => {
+            vec![(labelled(k), check_policy(k, doc, index))]
+        }
         Some(k) if is_workload(k) => {
             let templates = pod_templates(k, doc);
             if templates.is_empty() {
@@ -367,7 +444,7 @@ fn nad_resource(nad: &Value) -> &str {
         .unwrap_or("")
 }
 
-fn check_nad(nad: &Value) -> Outcome {
+fn check_nad(nad: &Value, index: &Index) -> Outcome {
     let (text, parsed) = match nad_config(nad) {
         Ok(Some(c)) => c,
         Ok(None) => {
@@ -379,9 +456,12 @@ fn check_nad(nad: &Value) -> Outcome {
     };
     let resource = nad_resource(nad);
     let (outcome, mut warnings) = check_cni(&parsed, Some(&text), resource);
-    let Outcome::Ok(msg) = outcome else {
+    let Outcome::Ok(mut msg) = outcome else {
         return outcome;
     };
+    if let Err(e) = check_pools(&parsed, index, &mut msg) {
+        return Outcome::Error(e);
+    }
     if !resource.is_empty() {
         for conf in roce_configs(&parsed) {
             if conf.pointer("/capabilities/CNIDeviceInfoFile") != Some(&Value::Bool(true)) {
@@ -394,6 +474,73 @@ fn check_nad(nad: &Value) -> Outcome {
         }
     }
     with_warnings(msg, warnings)
+}
+
+/// The nv-ipam pools a NAD's roce-ipvlan configurations name: each must be among the files'
+/// IPPools (`"poolType": "ippool"`, nv-ipam's default) or CIDRPools (`"cidrpool"`) when the
+/// files hold any pool, else nv-ipam fails every ADD (code 103). Without pools in the files the
+/// message says they were not checked.
+fn check_pools(conf: &Value, index: &Index, msg: &mut String) -> Result<(), String> {
+    let mut unchecked = Vec::new();
+    for c in roce_configs(conf) {
+        let Some(ipam) = c
+            .get("ipam")
+            .filter(|i| i.get("type").and_then(Value::as_str) == Some("nv-ipam"))
+        else {
+            continue;
+        };
+        let pool_type = ipam
+            .get("poolType")
+            .and_then(Value::as_str)
+            .unwrap_or("ippool")
+            .to_ascii_lowercase();
+        let (pool_type, kind, other_kind) = match pool_type.as_str() {
+            "ippool" => ("ippool", "IPPool", "CIDRPool"),
+            "cidrpool" => ("cidrpool", "CIDRPool", "IPPool"),
+            other => {
+                return Err(format!(
+                    "nv-ipam \"poolType\" {other:?}: expected \"ippool\" (the default) or \
+                     \"cidrpool\""
+                ))
+            }
+        };
+        let names = ipam.get("poolName").and_then(Value::as_str).unwrap_or("");
+        for name in names.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            let Some(pools) = &index.pools else {
+                unchecked.push(name.to_string());
+                continue;
+            };
+            if pools.contains(&(pool_type, name.to_string())) {
+                continue;
+            }
+            let other = if pool_type == "ippool" {
+                "cidrpool"
+            } else {
+                "ippool"
+            };
+            let hint = if pools.contains(&(other, name.to_string())) {
+                format!(
+                    "; the files hold a {other_kind} of that name: set \"poolType\": \"{other}\" \
+                     in the NAD's ipam or make the pool an {kind}"
+                )
+            } else {
+                let known: Vec<String> = pools.iter().map(|(t, n)| format!("{n} ({t})")).collect();
+                format!("; the files hold: {}", known.join(", "))
+            };
+            return Err(format!(
+                "nv-ipam pool {name:?} (poolType {pool_type}) is not among the files' {kind}s: \
+                 nv-ipam would fail every ADD (code 103){hint}"
+            ));
+        }
+    }
+    if !unchecked.is_empty() {
+        let _ = write!(
+            msg,
+            "; nv-ipam pool(s) {} not among the files (no IPPool or CIDRPool given), not checked",
+            unchecked.join(", ")
+        );
+    }
+    Ok(())
 }
 
 fn with_warnings(msg: String, warnings: Vec<String>) -> Outcome {
@@ -471,6 +618,22 @@ fn check_cni(conf: &Value, raw: Option<&str>, resource: &str) -> (Outcome, Vec<S
         } else {
             String::new()
         };
+        if i > 0 {
+            // ADD refuses a prevResult with interfaces or addresses (add.rs): roce-ipvlan
+            // creates the attachment's interface itself.
+            let msg = format!(
+                "roce-ipvlan is plugin {} of the configuration list, after {}: ADD refuses the \
+                 prevResult the plugins before it leave (code 7); put roce-ipvlan first and the \
+                 meta plugins (tuning, sbr, ...) after it",
+                i + 1,
+                configs[..i]
+                    .iter()
+                    .map(|p| p.get("type").and_then(Value::as_str).unwrap_or("?"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            return (Outcome::Error(msg), warnings);
+        }
         let text = match raw {
             Some(raw) if count == 1 && conf.get("plugins").is_none() => raw.to_string(),
             _ => c.to_string(),
@@ -552,6 +715,7 @@ fn is_workload(kind: &str) -> bool {
             | "ReplicaSet"
             | "MPIJob"
             | "PyTorchJob"
+            | "JobSet"
     )
 }
 
@@ -580,6 +744,20 @@ fn pod_templates<'a>(kind: &str, doc: &'a Value) -> Vec<(Option<String>, &'a Val
         "CronJob" => at("/spec/jobTemplate/spec/template"),
         "MPIJob" => replicas("mpiReplicaSpecs"),
         "PyTorchJob" => replicas("pytorchReplicaSpecs"),
+        // JobSet (jobset.x-k8s.io): each replicated job's Job template, named by the job.
+        "JobSet" => doc
+            .pointer("/spec/replicatedJobs")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|job| {
+                let name = job.get("name").and_then(Value::as_str).unwrap_or("?");
+                Some((
+                    Some(name.to_string()),
+                    job.pointer("/template/spec/template")?,
+                ))
+            })
+            .collect(),
         _ => Vec::new(),
     }
 }
@@ -719,20 +897,48 @@ fn check_workload(
     let namespace = namespace_of(doc);
     let mut unknown = BTreeSet::new();
     let mut roce = Vec::new();
+    let mut errors = Vec::new();
     for r in &refs {
         let ns = r.namespace.clone().unwrap_or_else(|| namespace.clone());
-        match index.nads.get(&(ns, r.name.clone())) {
+        match index.nads.get(&(ns.clone(), r.name.clone())) {
             Some(nad) => roce.push((r, nad)),
             None => {
-                unknown.insert(r.name.as_str());
+                // Multus looks a NAD up in the namespace the reference names, else the pod's:
+                // the same name elsewhere among the files is not found.
+                let elsewhere: Vec<&str> = index
+                    .nads
+                    .keys()
+                    .filter(|(_, name)| *name == r.name)
+                    .map(|(n, _)| n.as_str())
+                    .collect();
+                if elsewhere.is_empty() {
+                    unknown.insert(r.name.as_str());
+                    continue;
+                }
+                let whose = if r.namespace.is_some() {
+                    "the reference names"
+                } else {
+                    "the pod's namespace"
+                };
+                errors.push(format!(
+                    "network {} is looked up in namespace {ns} ({whose}), but the files hold it \
+                     only in {}: Multus fails ADD with \"cannot find a network-attachment-definition\"; \
+                     write {}/{} in the annotation or create the NAD in {ns}",
+                    r.name,
+                    elsewhere.join(", "),
+                    elsewhere[0],
+                    r.name
+                ));
             }
         }
     }
     if roce.is_empty() {
+        if !errors.is_empty() {
+            return Outcome::Error(errors.join("; "));
+        }
         return with_warnings_or_skip(warnings, "no roce-ipvlan network among the NADs given");
     }
     let resources = pod_resources(template);
-    let mut errors = Vec::new();
 
     // deviceID NADs: Multus takes one device of the NAD's resource per reference, in order.
     let mut per_resource: BTreeMap<&str, u64> = BTreeMap::new();
@@ -775,8 +981,8 @@ fn check_workload(
         for name in resources.keys().filter(|n| is_rdma_resource(n, index)) {
             if !offered.contains(name) {
                 errors.push(format!(
-                    "the pod requests {name}, which no NicClusterPolicy among the files offers \
-                     (they offer: {}): the pod would stay Pending",
+                    "the pod requests {name}, which no NicClusterPolicy or NicNodePolicy among \
+                     the files offers (they offer: {}): the pod would stay Pending",
                     offered.iter().cloned().collect::<Vec<_>>().join(", ")
                 ));
             }
@@ -885,9 +1091,74 @@ fn offered_resources(policy: &Value) -> Vec<String> {
     out
 }
 
-/// A NicClusterPolicy: its device-plugin configurations are JSON, and its components come
-/// from one Network Operator release (each release is tested with its own set only).
-fn check_policy(policy: &Value) -> Outcome {
+/// A NicClusterPolicy or NicNodePolicy (Network Operator 26.4 and later): its device-plugin
+/// configurations are JSON, and its components come from one Network Operator release (each
+/// release is tested with its own set only). A per-node section is in the NicClusterPolicy or
+/// in NicNodePolicies, never both; NicNodePolicies' names are at most 30 characters and no two
+/// select the same nodes (the operator's admission webhook refuses these).
+fn check_policy(kind: &str, policy: &Value, index: &Index) -> Outcome {
+    let mut errors = Vec::new();
+    let sections = sections_of(policy);
+    let in_nodes = |s: &String| -> Vec<&str> {
+        index
+            .node_policies
+            .iter()
+            .filter(|p| p.sections.contains(s))
+            .map(|p| p.name.as_str())
+            .collect()
+    };
+    if kind == "NicClusterPolicy" {
+        for s in &sections {
+            let nodes = in_nodes(s);
+            if !nodes.is_empty() {
+                errors.push(format!(
+                    "{s} is in this NicClusterPolicy and in NicNodePolicy {}: a section is in \
+                     one or the other, and the Network Operator's admission webhook refuses \
+                     both; keep it in the NicNodePolicies only",
+                    nodes.join(", ")
+                ));
+            }
+        }
+    } else {
+        let name = name_of(policy);
+        if name.len() > NODE_POLICY_NAME_MAX {
+            errors.push(format!(
+                "the name {name:?} has {} characters: the Network Operator refuses NicNodePolicy \
+                 names longer than {NODE_POLICY_NAME_MAX} (it derives DaemonSet names and label \
+                 values from them)",
+                name.len()
+            ));
+        }
+        for s in sections
+            .iter()
+            .filter(|s| index.cluster_sections.contains(*s))
+        {
+            errors.push(format!(
+                "{s} is in this NicNodePolicy and in the NicClusterPolicy: a section is in one or \
+                 the other (the admission webhook refuses both); remove it from the NicClusterPolicy"
+            ));
+        }
+        let selector = policy
+            .pointer("/spec/nodeSelector")
+            .cloned()
+            .unwrap_or(Value::Null);
+        let same: Vec<&str> = index
+            .node_policies
+            .iter()
+            .filter(|p| p.name != name && p.node_selector == selector)
+            .map(|p| p.name.as_str())
+            .collect();
+        if !same.is_empty() {
+            errors.push(format!(
+                "NicNodePolicy {} selects the same nodes (nodeSelector {selector}): two \
+                 NicNodePolicies must not share a node; give each node group its own label",
+                same.join(", ")
+            ));
+        }
+    }
+    if !errors.is_empty() {
+        return Outcome::Error(errors.join("; "));
+    }
     for path in [
         "/spec/sriovDevicePlugin/config",
         "/spec/rdmaSharedDevicePlugin/config",
@@ -925,7 +1196,11 @@ fn check_policy(policy: &Value) -> Outcome {
         !paths.is_empty()
     });
     let offered = offered_resources(policy);
-    let msg = format!("offers {}", offered.join(", "));
+    let msg = if offered.is_empty() {
+        "offers no device-plugin resource".to_string()
+    } else {
+        format!("offers {}", offered.join(", "))
+    };
     if versions.len() > 1 {
         let list: Vec<String> = versions
             .iter()
@@ -1214,9 +1489,9 @@ spec:
         assert!(matches!(o, Outcome::Ok(_)), "{o:?}");
         let o = last(&[&n, &pod("rails,rails", "nvidia.com/hostdev: 3")]);
         assert!(is_warning(&o, "1 device(s) get no child"), "{o:?}");
-        // Another namespace's NAD of the same name is another network.
+        // Another namespace's NAD of the same name is not found by Multus.
         let o = last(&[&n, &pod("team/rails", "nvidia.com/gpu: 1")]);
-        assert!(matches!(o, Outcome::Skipped(_)), "{o:?}");
+        assert!(is_error(&o, "looked up in namespace team"), "{o:?}");
     }
 
     #[test]
@@ -1296,7 +1571,7 @@ spec:
         let other = policy("rdma_shared_device_b", "network-operator-v25.7.0");
         assert!(is_error(
             &last(&[&other, &rail, &p]),
-            "no NicClusterPolicy among the files offers"
+            "no NicClusterPolicy or NicNodePolicy among the files offers"
         ));
     }
 
@@ -1347,5 +1622,153 @@ spec:
             0,
             "alone, the pod's NAD is unknown"
         );
+    }
+
+    #[test]
+    fn references_are_looked_up_in_the_pod_namespace_as_multus_does() {
+        let rail = nad("rail0", "", RAIL_NAD);
+        let in_ml = |networks: &str| {
+            pod(networks, "rdma/rdma_shared_device_a: 1")
+                .replace("  name: p\n", "  name: p\n  namespace: ml\n")
+        };
+        let o = last(&[&rail, &in_ml("rail0")]);
+        assert!(
+            is_error(&o, "looked up in namespace ml (the pod's namespace)")
+                && is_error(&o, "write default/rail0"),
+            "{o:?}"
+        );
+        let o = last(&[&rail, &in_ml("default/rail0")]);
+        assert!(matches!(o, Outcome::Ok(_)), "{o:?}");
+        // A name that no file holds in any namespace is not known here: not checked.
+        let o = last(&[&rail, &in_ml("elsewhere")]);
+        assert!(matches!(o, Outcome::Skipped(_)), "{o:?}");
+    }
+
+    fn pool(kind: &str, name: &str) -> String {
+        format!("apiVersion: nv-ipam.nvidia.com/v1alpha1\nkind: {kind}\nmetadata: {{name: {name}, namespace: nvidia-network-operator}}\n")
+    }
+
+    fn nv_ipam_nad(ipam: &str) -> String {
+        nad(
+            "rail0",
+            "",
+            &format!(
+                r#"{{"cniVersion": "1.0.0", "name": "rail0", "type": "roce-ipvlan", "master": "rdma0", "ipam": {{"type": "nv-ipam", {ipam}}}}}"#
+            ),
+        )
+    }
+
+    #[test]
+    fn nv_ipam_pools_must_be_among_the_files_when_any_is() {
+        let n = nv_ipam_nad(r#""poolName": "a""#);
+        assert!(matches!(last(&[&pool("IPPool", "a"), &n]), Outcome::Ok(_)));
+        let o = last(&[&pool("IPPool", "b"), &n]);
+        assert!(
+            is_error(&o, "nv-ipam pool \"a\" (poolType ippool) is not among")
+                && is_error(&o, "code 103"),
+            "{o:?}"
+        );
+        // The chart's mistake: a CIDRPool while the NAD asks for an IPPool.
+        let o = last(&[&pool("CIDRPool", "a"), &n]);
+        assert!(is_error(&o, "set \"poolType\": \"cidrpool\""), "{o:?}");
+        let cidr = nv_ipam_nad(r#""poolName": "a", "poolType": "cidrpool""#);
+        assert!(matches!(
+            last(&[&pool("CIDRPool", "a"), &cidr]),
+            Outcome::Ok(_)
+        ));
+        // Dual stack: every pool of the list.
+        let two = nv_ipam_nad(r#""poolName": "a,v6""#);
+        let o = last(&[&pool("IPPool", "a"), &two]);
+        assert!(is_error(&o, "pool \"v6\""), "{o:?}");
+        // No pool in the files: said, not failed.
+        let o = last(&[&n]);
+        assert!(
+            matches!(&o, Outcome::Ok(m) if m.contains("a not among the files")),
+            "{o:?}"
+        );
+    }
+
+    #[test]
+    fn roce_ipvlan_must_come_first_in_a_conflist() {
+        let list = r#"{"cniVersion": "1.0.0", "name": "rails", "plugins": [{"type": "tuning"},
+            {"type": "roce-ipvlan", "master": "rdma0", "ipam": {"type": "host-local", "subnet": "10.0.0.0/24"}}]}"#;
+        let o = &outcomes(list)[0];
+        assert!(
+            is_error(
+                o,
+                "roce-ipvlan is plugin 2 of the configuration list, after tuning"
+            ),
+            "{o:?}"
+        );
+        let nad_list = nad("rails", "", &list.replace('\n', " "));
+        assert!(is_error(&last(&[&nad_list]), "put roce-ipvlan first"));
+    }
+
+    #[test]
+    fn jobset_templates_are_checked() {
+        let rail = nad("rail0", "", RAIL_NAD);
+        let jobset = |resources: &str| {
+            format!(
+                "apiVersion: jobset.x-k8s.io/v1alpha2\nkind: JobSet\nmetadata: {{name: js}}\nspec:\n  \
+                 replicatedJobs:\n    - name: workers\n      replicas: 2\n      template:\n        \
+                 spec:\n          template:\n            metadata:\n              annotations: \
+                 {{k8s.v1.cni.cncf.io/networks: rail0}}\n            spec:\n              containers:\n\
+                 \x20               - name: w\n                  image: x\n                  \
+                 resources: {{limits: {{{resources}}}}}\n"
+            )
+        };
+        let r = check_text(&format!("{rail}---\n{}", jobset("nvidia.com/gpu: 8")));
+        assert_eq!(r[1].0, "document 2 JobSet js workers");
+        assert!(is_error(&r[1].1, "requests no RDMA resource"), "{r:?}");
+        let o = last(&[&rail, &jobset("rdma/rdma_shared_device_a: 1")]);
+        assert!(matches!(o, Outcome::Ok(_)), "{o:?}");
+    }
+
+    fn node_policy(name: &str, selector: &str, section: &str, resource: &str) -> String {
+        format!(
+            "apiVersion: mellanox.com/v1alpha1\nkind: NicNodePolicy\nmetadata: {{name: {name}}}\n\
+             spec:\n  nodeSelector: {{{selector}}}\n  {section}:\n    version: network-operator-v26.4.0\n    \
+             config: '{{\"configList\": [{{\"resourceName\": \"{resource}\"}}]}}'\n"
+        )
+    }
+
+    #[test]
+    fn nic_node_policies_offer_resources_and_follow_the_operator_rules() {
+        let gpu = node_policy("gpu", "pool: a", "rdmaSharedDevicePlugin", "shared_a");
+        let rail = nad("rail0", "", RAIL_NAD);
+        let p = pod("rail0", "rdma/shared_a: 1");
+        assert!(matches!(last(&[&gpu, &rail, &p]), Outcome::Ok(_)));
+        assert!(is_error(
+            &last(&[&gpu, &rail, &pod("rail0", "rdma/shared_b: 1")]),
+            "no NicClusterPolicy or NicNodePolicy among the files offers"
+        ));
+        assert!(matches!(&last(&[&gpu]), Outcome::Ok(m) if m.contains("rdma/shared_a")));
+        // The same section in the NicClusterPolicy and a NicNodePolicy.
+        let ncp = "apiVersion: mellanox.com/v1alpha1\nkind: NicClusterPolicy\nmetadata: {name: p}\n\
+                   spec:\n  rdmaSharedDevicePlugin: {version: network-operator-v26.4.0, config: '{}'}\n";
+        let o = last(&[ncp, &gpu]);
+        assert!(
+            is_error(
+                &o,
+                "rdmaSharedDevicePlugin is in this NicNodePolicy and in the NicClusterPolicy"
+            ),
+            "{o:?}"
+        );
+        let o = last(&[&gpu, ncp]);
+        assert!(is_error(&o, "and in NicNodePolicy gpu"), "{o:?}");
+        // Two NicNodePolicies on the same nodes; a name the operator refuses.
+        let other = node_policy("storage", "pool: a", "sriovDevicePlugin", "x");
+        assert!(is_error(
+            &last(&[&gpu, &other]),
+            "NicNodePolicy gpu selects the same nodes"
+        ));
+        let long = node_policy(&"n".repeat(31), "pool: b", "ofedDriver", "x");
+        assert!(is_error(&last(&[&long]), "has 31 characters"));
+        let mixed = gpu.replace("network-operator-v26.4.0", "v1.5.1");
+        let mixed = format!("{mixed}  sriovDevicePlugin: {{version: network-operator-v26.4.0}}\n");
+        assert!(is_warning(
+            &last(&[&mixed]),
+            "different Network Operator releases"
+        ));
     }
 }

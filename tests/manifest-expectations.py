@@ -1,0 +1,206 @@
+"""What each rendering of deploy/, examples/ and the Helm chart must contain: the output is
+checked against what its kustomization or values say (tests/validate-manifests.sh calls
+check(name, docs) for each kustomize build and each chart rendering; an empty list passes).
+
+The names: a kustomization's directory (deploy, deploy/openshift, deploy/uninstall,
+deploy/uninstall/openshift, deploy/base, examples) or "chart:<values file name>" ("chart:defaults"
+for the default values)."""
+import json
+import re
+
+INSTALL_DIR = "/host/opt/cni/bin"
+IMAGE_NAME = "ghcr.io/roce-ipvlan/roce-ipvlan"
+
+
+def version():
+    text = open("Cargo.toml").read()
+    section = text[text.index("[workspace.package]"):]
+    return re.search(r'^version = "(.*)"', section, re.M).group(1)
+
+
+def of_kind(docs, kind):
+    return [d for d in docs if d.get("kind") == kind]
+
+
+def installer(docs):
+    ds = [d for d in of_kind(docs, "DaemonSet") if d["metadata"]["name"] == "roce-ipvlan-installer"]
+    assert len(ds) == 1, f"expected one DaemonSet roce-ipvlan-installer, found {len(ds)}"
+    return ds[0]
+
+
+def check_installer(ds, *, mode, bin_dir, image, namespace, rails=None, openshift=False):
+    errors = []
+    spec = ds["spec"]["template"]["spec"]
+    c = spec["containers"][0]
+    expect = lambda what, got, want: errors.append(f"{what}: {got!r}, expected {want!r}") if got != want else None
+    expect("namespace", ds["metadata"].get("namespace"), namespace)
+    # Every taint, as Multus: a node it skips cannot run roce-ipvlan attachments.
+    expect("tolerations", spec.get("tolerations"), [{"operator": "Exists"}])
+    expect("image", c["image"], image)
+    volume = [v for v in spec["volumes"] if v["name"] == "cni-bin"][0]
+    expect("hostPath", volume["hostPath"]["path"], bin_dir)
+    rail_args = ["--rails", ",".join(rails)] if rails else []
+    probe = c["readinessProbe"]["exec"]["command"]
+    if mode == "install":
+        # Readiness is the plugin's; rails gate it only when named, in both commands alike.
+        expect("readiness probe", probe, ["/roce-ipvlan", "ready", "--to", INSTALL_DIR] + rail_args)
+        expect("command", c["command"][:5], ["/roce-ipvlan", "install", "--to", INSTALL_DIR, "--wait"])
+        got_rails = c["command"][c["command"].index("--rails"):][:2] if "--rails" in c["command"] else []
+        expect("command's --rails", got_rails, rail_args)
+    else:
+        expect("command", c["command"], ["/roce-ipvlan", "uninstall", "--to", INSTALL_DIR, "--wait"])
+        expect("readiness probe", probe, ["/roce-ipvlan", "uninstall", "--to", INSTALL_DIR, "--check"])
+    expect("serviceAccountName", spec.get("serviceAccountName"), "roce-ipvlan-installer" if openshift else None)
+    selinux = c["securityContext"].get("seLinuxOptions", {}).get("type")
+    expect("SELinux type", selinux, "spc_t" if openshift else None)
+    return errors
+
+
+def nads(docs):
+    return {d["metadata"]["name"]: (d, json.loads(d["spec"]["config"]))
+            for d in of_kind(docs, "NetworkAttachmentDefinition")}
+
+
+def check_nads(docs, *, names, namespace, pool=None):
+    errors = []
+    found = nads(docs)
+    if sorted(found) != sorted(names):
+        errors.append(f"NADs {sorted(found)}, expected {sorted(names)}")
+    for name, (d, conf) in found.items():
+        if d["metadata"].get("namespace") != namespace:
+            errors.append(f"NAD {name} in namespace {d['metadata'].get('namespace')}, expected {namespace}")
+        if pool is not None:
+            ipam = conf["ipam"]
+            got = (ipam.get("poolType"), ipam.get("poolName"))
+            if got != pool:
+                errors.append(f"NAD {name}: nv-ipam (poolType, poolName) {got}, expected {pool}")
+    return errors
+
+
+def pools(docs):
+    return {(d["kind"], d["metadata"]["name"]): d for d in of_kind(docs, "IPPool") + of_kind(docs, "CIDRPool")}
+
+
+def check_pools(docs, want):
+    errors = []
+    found = pools(docs)
+    if sorted(found) != sorted(want):
+        errors.append(f"pools {sorted(found)}, expected {sorted(want)}")
+    for key, d in found.items():
+        # The examples' pools (examples/a100-ippool.yaml) select the GPU nodes.
+        terms = d["spec"]["nodeSelector"]["nodeSelectorTerms"]
+        want_terms = [{"matchExpressions": [{"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}]}]
+        if terms != want_terms:
+            errors.append(f"{key}: nodeSelectorTerms {terms}, expected {want_terms} as in examples/")
+    return errors
+
+
+def check_namespace(docs, name):
+    ns = [d for d in of_kind(docs, "Namespace") if d["metadata"]["name"] == name]
+    if len(ns) != 1:
+        return [f"expected the Namespace {name}, found {len(ns)}"]
+    label = ns[0]["metadata"].get("labels", {}).get("pod-security.kubernetes.io/enforce")
+    return [] if label == "privileged" else [f"Namespace {name}: enforce label {label!r}, expected privileged"]
+
+
+def check(name, docs):
+    v = version()
+    image = f"{IMAGE_NAME}:{v}"
+    try:
+        if name in ("deploy", "deploy/base"):
+            return (check_installer(installer(docs), mode="install", bin_dir="/opt/cni/bin", image=image,
+                                    namespace="roce-ipvlan")
+                    + check_namespace(docs, "roce-ipvlan"))
+        if name == "deploy/openshift":
+            return check_installer(installer(docs), mode="install", bin_dir="/var/lib/cni/bin", image=image,
+                                   namespace="roce-ipvlan", openshift=True)
+        if name == "deploy/uninstall":
+            return check_installer(installer(docs), mode="uninstall", bin_dir="/opt/cni/bin", image=image,
+                                   namespace="roce-ipvlan")
+        if name == "deploy/uninstall/openshift":
+            return check_installer(installer(docs), mode="uninstall", bin_dir="/var/lib/cni/bin", image=image,
+                                   namespace="roce-ipvlan", openshift=True)
+        if name == "examples":
+            # Every init container that runs roce-ipvlan takes the one image setting.
+            errors = []
+            for d in docs:
+                for c in _containers(d):
+                    if c["image"].split(":")[0].rsplit("/", 1)[-1] == "roce-ipvlan" and c["image"] != image:
+                        errors.append(f"{d['kind']} {d['metadata']['name']}: image {c['image']}, expected {image}")
+            return errors
+        if name == "chart:defaults":
+            return (check_installer(installer(docs), mode="install", bin_dir="/opt/cni/bin", image=image,
+                                    namespace="roce-ipvlan")
+                    + check_nads(docs, names=[], namespace="roce-ipvlan") + check_pools(docs, []))
+        if name == "chart:openshift-deviceid":
+            return (check_installer(installer(docs), mode="install", bin_dir="/var/lib/cni/bin", image=image,
+                                    namespace="roce-ipvlan", openshift=True)
+                    + check_nads(docs, names=["rdma-rails"], namespace="roce-ipvlan",
+                                 pool=("cidrpool", "rdma-rail-cidr-pool"))
+                    + check_pools(docs, [("CIDRPool", "rdma-rail-cidr-pool")]))
+        if name == "chart:per-rail-ipv4":
+            rails = ["rdma0", "rdma1", "rdma2", "rdma3"]
+            return (check_installer(installer(docs), mode="install", bin_dir="/opt/cni/bin", image=image,
+                                    namespace="roce-ipvlan", rails=rails)
+                    + check_nads(docs, names=[f"rdma-rail-{i}" for i in range(4)], namespace="roce-ipvlan",
+                                 pool=("ippool", "rdma-rail-pool"))
+                    + check_pools(docs, [("IPPool", "rdma-rail-pool")]))
+        if name == "chart:both-pools":
+            return (check_nads(docs, names=["rdma-rail-0"], namespace="roce-ipvlan",
+                               pool=("cidrpool", "rdma-rail-cidr-pool"))
+                    + check_pools(docs, [("IPPool", "rdma-rail-pool"), ("CIDRPool", "rdma-rail-cidr-pool")]))
+        if name == "chart:uninstall":
+            return check_installer(installer(docs), mode="uninstall", bin_dir="/opt/cni/bin", image=image,
+                                   namespace="roce-ipvlan")
+        if name == "chart:namespace-create":
+            return (check_installer(installer(docs), mode="install", bin_dir="/opt/cni/bin", image=image,
+                                    namespace="roce-ipvlan")
+                    + check_namespace(docs, "roce-ipvlan")
+                    + check_nads(docs, names=["rdma-rail-0"], namespace="ml")
+                    + [f"NAD ipam {conf['ipam']}, expected the values' host-local object as is"
+                       for _, (d, conf) in nads(docs).items()
+                       if conf["ipam"] != {"type": "host-local", "subnet": "10.224.0.0/16"}])
+        if name == "chart:custom":
+            ds = installer(docs)
+            spec = ds["spec"]["template"]["spec"]
+            c = spec["containers"][0]
+            want = {
+                "image": "registry.example.com/roce-ipvlan:0.1.0-rc1",
+                "imagePullPolicy": "Always",
+                "hostPath": "/usr/libexec/cni",
+                "nodeSelector": {"node-role.kubernetes.io/gpu": ""},
+                "tolerations": [{"key": "example.com/maintenance", "operator": "Exists"}],
+                "interval": ["--interval", "15"],
+            }
+            got = {
+                "image": c["image"],
+                "imagePullPolicy": c["imagePullPolicy"],
+                "hostPath": [v for v in spec["volumes"] if v["name"] == "cni-bin"][0]["hostPath"]["path"],
+                "nodeSelector": spec["nodeSelector"],
+                "tolerations": spec["tolerations"],
+                "interval": c["command"][c["command"].index("--interval"):][:2],
+            }
+            errors = [f"{k}: {got[k]!r}, expected {want[k]!r}" for k in want if got[k] != want[k]]
+            errors += check_nads(docs, names=["rdma-rail-0"], namespace="roce-ipvlan",
+                                 pool=("ippool", "rdma-rail-pool"))
+            terms = pools(docs)[("IPPool", "rdma-rail-pool")]["spec"]["nodeSelector"]["nodeSelectorTerms"]
+            want_terms = [{"matchExpressions": [{"key": "node-role.kubernetes.io/gpu", "operator": "In",
+                                                 "values": [""]}]}]
+            if terms != want_terms:
+                errors.append(f"IPPool nodeSelectorTerms {terms}, expected {want_terms}")
+            return errors
+    except (AssertionError, KeyError, IndexError, TypeError, ValueError) as e:
+        return [f"unexpected shape: {type(e).__name__}: {e}"]
+    return [f"no expectations for {name}: add them to tests/manifest-expectations.py"]
+
+
+def _containers(node):
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in ("containers", "initContainers") and isinstance(value, list):
+                yield from value
+            else:
+                yield from _containers(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from _containers(item)
