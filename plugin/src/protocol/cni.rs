@@ -299,6 +299,27 @@ impl CniResult {
         serde_json::from_value(value.clone()).map_err(|e| e.to_string())
     }
 
+    /// The part of a multi-rail result that concerns interface `name`: that interface alone,
+    /// its addresses (pointing at it), the routes and DNS; what the child's IPAM call sees as
+    /// prevResult.
+    pub fn for_interface(&self, name: &str) -> CniResult {
+        let at = self.interfaces.iter().position(|i| i.name == name);
+        CniResult {
+            interfaces: at.map(|i| self.interfaces[i].clone()).into_iter().collect(),
+            ips: self
+                .ips
+                .iter()
+                .filter(|ip| at.is_some() && ip.interface == at)
+                .map(|ip| IpConfig {
+                    interface: Some(0),
+                    ..ip.clone()
+                })
+                .collect(),
+            routes: self.routes.clone(),
+            dns: self.dns.clone(),
+        }
+    }
+
     /// The result document in `version`, with the `roce` extension when given.
     pub fn to_json(&self, version: &str, roce: Option<&Roce>) -> Value {
         let ips: Vec<Value> = self
@@ -355,6 +376,26 @@ impl CniResult {
             );
         }
         Value::Object(doc)
+    }
+}
+
+impl CniResult {
+    /// The result of a multi-rail attachment: as [`CniResult::to_json`], with `roce` a list of
+    /// each child's `roce` data in interface order, each with the `interface` index it
+    /// concerns.
+    pub fn to_json_rails(&self, version: &str, roces: &[Roce]) -> Value {
+        let mut doc = self.to_json(version, None);
+        let list: Vec<Value> = roces
+            .iter()
+            .enumerate()
+            .map(|(i, roce)| {
+                let mut v = serde_json::to_value(roce).expect("Roce always serializes");
+                v["interface"] = i.into();
+                v
+            })
+            .collect();
+        doc["roce"] = list.into();
+        doc
     }
 }
 
