@@ -672,8 +672,10 @@ fn restore_pod_wide(
 }
 
 /// Takes back every step of every rail, each rail's newest first, going on past a step that
-/// fails; returns those that failed. The rails are taken back one after the other: a failed
-/// ADD has no deadline to meet, and a thread per rail might not be creatable (pids.max).
+/// fails; returns those that failed. Several rails are taken back at once, each on a thread of
+/// its own (their IPAM DELs each get a fresh `timeouts.ipamMs`: one after the other, 16 of them
+/// could outlast the kubelet's patience); a rail whose thread cannot start (pids.max) is taken
+/// back on this one.
 fn rollback(
     r: &Ready<'_>,
     undos: Vec<(&RailReady, Option<RouteSocket>, UndoStack<Step>)>,
@@ -686,9 +688,9 @@ fn rollback(
             _ => None,
         })
         .collect();
-    let mut failed = Vec::new();
-    for (rail, pod, undo) in undos {
+    let one_rail = |(rail, pod, undo): (&RailReady, Option<RouteSocket>, UndoStack<Step>)| {
         let pod = pod.as_ref().unwrap_or(&r.pod);
+        let mut failed = Vec::new();
         for step in undo.unwind() {
             if let Err(e) = undo_step(r, rail, pod, &step, &ours) {
                 tracing::error!(?step, child = %rail.env.ifname, error = %e, "could not undo a step of the failed ADD");
@@ -703,6 +705,39 @@ fn rollback(
                 failed.push(FailedUndo { step, error: e });
             }
         }
+        failed
+    };
+    if undos.len() == 1 {
+        return undos.into_iter().flat_map(one_rail).collect();
+    }
+    // Each rail's steps in a slot its thread takes them from; a slot still full afterwards is a
+    // rail whose thread did not start.
+    let slots: Vec<std::sync::Mutex<Option<_>>> = undos
+        .into_iter()
+        .map(|run| std::sync::Mutex::new(Some(run)))
+        .collect();
+    let take = |slot: &std::sync::Mutex<Option<_>>| slot.lock().expect("never poisoned").take();
+    let mut failed: Vec<FailedUndo> = std::thread::scope(|scope| {
+        let handles: Vec<_> = slots
+            .iter()
+            .filter_map(|slot| {
+                std::thread::Builder::new()
+                    .name("undo".into())
+                    .spawn_scoped(scope, || take(slot).map(one_rail).unwrap_or_default())
+                    .map_err(|e| tracing::warn!(error = %e, "no thread for a rail's undo; undoing it on the main thread"))
+                    .ok()
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| {
+                h.join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect()
+    });
+    for slot in &slots {
+        failed.extend(take(slot).map(one_rail).unwrap_or_default());
     }
     failed
 }
