@@ -171,3 +171,23 @@ test_multirail_ipv6_routed_rails() {
 	((four < 2 * one + 1000)) || fail "four rails took $four ms, one rail $one ms: not concurrent"
 	for n in 0 1 2 3; do stop_router "$n"; done
 }
+
+# STATUS checks every matching rail; GC tells the IPAM plugin that a valid attachment's children
+# are valid too (their allocations are under the children's names).
+test_multirail_status_and_gc() {
+	require_plugin
+	local bare=${VM_BARE_NICS%% *} got=/run/fake-ipam/ipam-v11.GC.json
+	fake_ipam ipam-v11 v11
+	mr_conf /tmp/mrsg.conf mrsg '["rdma0", "rdma1"]' '{"ipam": {"type": "ipam-v11", "subnet": "10.9.92.0/24"}}'
+	run_cmd env -i CNI_COMMAND=STATUS CNI_PATH="$CNI_PATH" PATH="$PATH" "$CNI_BIN_DIR/roce-ipvlan" </tmp/mrsg.conf
+	assert_eq "$RC" 0 "STATUS of two rails with RDMA (stdout: $OUT)"
+	mr_conf /tmp/mrsg-bare.conf mrsg '["rdma0", "'"$bare"'"]' '{"ipam": {"type": "ipam-v11", "subnet": "10.9.92.0/24"}}'
+	run_cmd env -i CNI_COMMAND=STATUS CNI_PATH="$CNI_PATH" PATH="$PATH" "$CNI_BIN_DIR/roce-ipvlan" </tmp/mrsg-bare.conf
+	assert_eq "$(cni_code "$OUT")" 50 "STATUS with a rail without RDMA (stdout: $OUT)"
+	assert_match "$OUT" "$bare" "STATUS names the rail"
+	jq '. + {"cni.dev/valid-attachments": [{"containerID": "c1", "ifname": "net1"}]}' /tmp/mrsg.conf >/tmp/mrsg.gc
+	run_cmd env -i CNI_COMMAND=GC CNI_PATH="$CNI_PATH" PATH="$PATH" "$CNI_BIN_DIR/roce-ipvlan" </tmp/mrsg.gc
+	assert_eq "$RC" 0 "GC (stdout: $OUT)"
+	assert_eq "$(jq -r '[."cni.dev/valid-attachments"[] | select(.containerID == "c1") | .ifname] | .[0:4] | join(" ")' "$got")" \
+		"net1 net1r0 net1r1 net1r2" "valid attachments handed to IPAM: the attachment and its children"
+}
