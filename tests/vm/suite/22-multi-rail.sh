@@ -145,6 +145,10 @@ test_multirail_ipv6_routed_rails() {
 	assert_ok cni_exec ADD /tmp/mr6one.conf /run/netns/mr6one net1
 	t1=$(now_ms)
 	one=$((t1 - t0))
+	assert_ok cni_exec DEL /tmp/mr6one.conf /run/netns/mr6one net1
+	# radvd paces its multicast advertisements to one per 3 s per interface (RFC 4861): without
+	# the pause, rail 0's child would wait for router 0's next one.
+	sleep 3.5
 	new_v6off_pod mr6
 	slaac_conf /tmp/mr6.conf mr6 rdma0 '{"rails": ["rdma0", "rdma1", "rdma2", "rdma3"]}'
 	jq 'del(.master)' /tmp/mr6.conf >/tmp/mr6.conf.x && mv /tmp/mr6.conf.x /tmp/mr6.conf
