@@ -109,6 +109,10 @@ fn attachment_of(alias: Option<&str>) -> Option<&str> {
         .find_map(|kv| kv.strip_prefix(ATTACHMENT_KEY)?.strip_prefix('='))
 }
 
+/// How many children's temporary names DEL looks for at least (more rails than this per node
+/// are not expected).
+const TEMP_NAMES_CHECKED: usize = 64;
+
 /// Removes every child of the multi-rail attachment CNI_IFNAME from the pod (DEL), with its
 /// source rules, and returns the names of those found (for IPAM DEL). A child is an IPvlan
 /// link of the pod that is named by [`child_name`] (also one an interrupted ADD left under
@@ -118,10 +122,17 @@ pub(crate) fn remove_children(env: &Env, netns: &Netns, listed: &[String]) -> Re
     let pod = RouteSocket::open_in(netns)?;
     let mut removed = Vec::new();
     let links = pod.links()?;
-    let temps: Vec<(String, String)> = links
+    // A child an interrupted ADD left under its temporary name has no name to count it by:
+    // the temporary names of as many children as the pod or prevResult shows, and at least
+    // TEMP_NAMES_CHECKED.
+    let count = links
         .iter()
         .filter_map(|l| child_index(&env.ifname, &l.name))
-        .chain(0..listed.len())
+        .map(|i| i + 1)
+        .chain([listed.len(), TEMP_NAMES_CHECKED])
+        .max()
+        .unwrap_or(TEMP_NAMES_CHECKED);
+    let temps: Vec<(String, String)> = (0..count)
         .map(|i| {
             let name = child_name(&env.ifname, i);
             (temp_name(&child_env(env, &name)), name)
