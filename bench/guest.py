@@ -412,6 +412,117 @@ def bench_ipv6():
     return rows
 
 
+# --- many rails in one ADD ("rails", docs/configuration.md) ---
+MULTI_TRIALS = int(os.environ.get("BENCH_MULTI_TRIALS", "3"))
+# A rail-N event of one multi-rail ADD (the debug log's rail span): "... rail{rail=rdma3 ...}: ..."
+RAIL_EVENT = re.compile(r"^(\S+)Z\s+\w+\s.*?\brail\{rail=(\S+) child=\S+\}.*?: roce_ipvlan(?:::\w+)*: (.*)$")
+RAIL_EVENTS = ["child created", "IPAM done", "sysctls set", "routes installed", "GID visible",
+               "attachment ready"]
+
+
+def rails_conf(tag, extra):
+    return json.dumps({"cniVersion": "1.0.0", "name": f"bench-multi-{tag}", "type": "roce-ipvlan",
+                       "rails": RAILS, "logLevel": "debug", **extra})
+
+
+def start_ipvlan_router(n):
+    """A router on rail n without a peer NIC: radvd on an IPvlan child of the rail in a
+    namespace of its own (IPvlan L2 delivers its advertisements to the other children of the
+    rail, the pods' among them)."""
+    rtr = f"mrtr{n}"
+    sh("ip", "netns", "del", rtr, check=False)
+    sh("ip", "netns", "add", rtr)
+    sh("ip", "netns", "exec", rtr, "sysctl", "-qw", "net.ipv6.conf.default.accept_dad=0",
+       "net.ipv6.conf.all.forwarding=1")
+    sh("ip", "link", "add", "link", RAILS[n], "name", "rtr", "netns", rtr, "type", "ipvlan",
+       "mode", "l2")
+    sh("ip", "-n", rtr, "link", "set", "lo", "up")
+    sh("ip", "-n", rtr, "link", "set", "rtr", "up")
+    conf = f"{WORK}/mradvd-{n}.conf"
+    with open(conf, "w") as f:
+        f.write(f"interface rtr {{\n  AdvSendAdvert on; MinRtrAdvInterval 3; MaxRtrAdvInterval 10;"
+                f" AdvDefaultLifetime 1800;\n  prefix 2001:db8:{0x100 + n:x}::/64 {{ AdvOnLink on;"
+                f" AdvAutonomous on; }};\n}};\n")
+    subprocess.Popen(["ip", "netns", "exec", rtr, "radvd", "-C", conf, "-p", f"/run/mradvd-{n}.pid",
+                      "-m", "stderr", "-n"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(50):
+        if os.path.exists(f"/run/mradvd-{n}.pid"):
+            break
+        time.sleep(0.1)
+
+
+def rail_timeline(stderr, spawned):
+    """Per rail, the ms from exec to each of its events (the debug log of one ADD)."""
+    out = {}
+    for line in stderr.splitlines():
+        m = RAIL_EVENT.match(line)
+        if not m:
+            continue
+        t = datetime.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S.%f").replace(tzinfo=timezone.utc).timestamp()
+        for key in RAIL_EVENTS:
+            if m.group(3).startswith(key):
+                out.setdefault(m.group(2), {}).setdefault(key, (t - spawned) * 1e3)
+    return out
+
+
+def multi_add(pod, conf, env):
+    """One ADD (and its DEL) by direct exec; (ADD ms, DEL ms, stderr of the ADD)."""
+    cni = dict(env, CNI_CONTAINERID=pod, CNI_NETNS=f"/run/netns/{pod}", CNI_IFNAME="net1")
+    spawned = time.time()
+    ms, r = run_ms([f"{CNI_BIN}/roce-ipvlan"], dict(cni, CNI_COMMAND="ADD"), conf)
+    if r.returncode != 0:
+        raise RuntimeError(f"multi-rail ADD: {r.stdout} {r.stderr}")
+    del_ms, d = run_ms([f"{CNI_BIN}/roce-ipvlan"], dict(cni, CNI_COMMAND="DEL"), conf)
+    if d.returncode != 0:
+        raise RuntimeError(f"multi-rail DEL: {d.stdout} {d.stderr}")
+    return ms, del_ms, rail_timeline(r.stderr, spawned)
+
+
+def bench_multi():
+    """16 IPv4 rails in one ADD against the chain's 16 sequential attachments; 16 routed IPv6
+    rails with `dad: wait` in one ADD against one such rail's ADD. Interleaved trials."""
+    env = dict(os.environ, CNI_PATH=CNI_BIN)
+    v4 = rails_conf("v4", {"ipam": {"type": "host-local", "subnet": "10.24.0.0/16"}})
+    rows, timeline = [], None
+    for t in range(MULTI_TRIALS):
+        for what in (("one", "chain") if t % 2 == 0 else ("chain", "one")):
+            pod = f"m{what}{t}"
+            if what == "one":
+                new_pod(pod)
+                add, dl, tl = multi_add(pod, v4, env)
+                timeline = timeline or tl
+                del_pod(pod)
+            else:
+                _, add, dl = pod_cycle("chain", pod, len(RAILS), driver_env())
+            rows.append({"case": f"v4-{what}", "trial": t, "add_ms": add, "del_ms": dl})
+            log(f"multi v4 {what} trial {t}: ADD {add:.0f} ms")
+    for n in range(len(RAILS)):
+        start_ipvlan_router(n)
+    time.sleep(1)
+    v6_all = rails_conf("v6", {"ipv6": {"slaac": True, "dad": "wait"}})
+    v6_one = json.dumps({"cniVersion": "1.0.0", "name": "bench-multi-v6one", "type": "roce-ipvlan",
+                         "master": RAILS[0], "ipv6": {"slaac": True, "dad": "wait"}})
+    v6_timeline = None
+    for t in range(MULTI_TRIALS):
+        for what, conf in ((("one-rail", v6_one), ("all", v6_all)) if t % 2 == 0
+                           else (("all", v6_all), ("one-rail", v6_one))):
+            # radvd paces multicast RAs to one per 3 s per interface (RFC 4861).
+            time.sleep(3.2)
+            pod = f"m6{what}{t}"
+            new_pod(pod, v6=False)
+            add, dl, tl = multi_add(pod, conf, env)
+            if what == "all":
+                v6_timeline = v6_timeline or tl
+            del_pod(pod)
+            rows.append({"case": f"v6-{what}", "trial": t, "add_ms": add, "del_ms": dl})
+            log(f"multi v6 {what} trial {t}: ADD {add:.0f} ms")
+    for n in range(len(RAILS)):
+        if os.path.exists(f"/run/mradvd-{n}.pid"):
+            sh("kill", open(f"/run/mradvd-{n}.pid").read().strip(), check=False)
+        sh("ip", "netns", "del", f"mrtr{n}", check=False)
+    return {"rows": rows, "timeline_v4": timeline, "timeline_v6": v6_timeline, "rails": RAILS}
+
+
 # --- profile: where the time goes ---
 PROFILE_RUNS = int(os.environ.get("BENCH_PROFILE_RUNS", "10"))
 START_RUNS = int(os.environ.get("BENCH_START_RUNS", "20"))
@@ -526,12 +637,13 @@ def setup():
 
 
 def main():
-    sections = os.environ.get("BENCH_SECTIONS", "v4 scale conc rusage ipv6 profile").split()
+    sections = os.environ.get("BENCH_SECTIONS", "v4 scale conc rusage ipv6 multi profile").split()
     result = {"vm": setup(), "sizes": {"pods": PODS, "scale_rails": SCALE_RAILS,
                                        "scale_pods": SCALE_PODS, "conc": CONC,
                                        "conc_rounds": CONC_ROUNDS, "v6_trials": V6_TRIALS,
                                        "rss_runs": RSS_RUNS, "start_runs": START_RUNS,
                                        "profile_runs": PROFILE_RUNS,
+                                       "multi_trials": MULTI_TRIALS,
                                        "before_rev": BEFORE_REV if BEFORE_BIN else None}}
     t0 = time.time()
     if "v4" in sections:
@@ -550,6 +662,8 @@ def main():
         result["rusage"] = bench_rusage()
     if "ipv6" in sections:
         result["ipv6"] = bench_ipv6()
+    if "multi" in sections:
+        result["multi"] = bench_multi()
     if "profile" in sections:
         result["profile"] = bench_profile()
     result["guest_seconds"] = time.time() - t0

@@ -254,6 +254,17 @@ def main():
         prof["chain_starts_ms"] = sum(st[p] for p in ("ipvlan", "tuning", "sbr", "host-local"))
     S["profile"] = prof
 
+    # many rails in one ADD
+    mu = raw.get("multi")
+    if mu:
+        rows = mu["rows"]
+        write_csv(f"{a.out}/multi-rail.csv", rows)
+        S["multi"] = {c: {"add": stats([r["add_ms"] for r in rows if r["case"] == c]),
+                          "del": stats([r["del_ms"] for r in rows if r["case"] == c])}
+                      for c in sorted({r["case"] for r in rows})}
+        S["multi_timeline"] = {"v4": mu.get("timeline_v4") or {}, "v6": mu.get("timeline_v6") or {}}
+        S["multi_rails"] = mu.get("rails", [])
+
     with open(f"{a.out}/summary.json", "w") as f:
         json.dump(S, f, indent=1)
 
@@ -433,8 +444,51 @@ def render(S, rel):
       "plugin's own figure is taken with a busybox-shell IPAM stub (about 1 MiB) instead of host-local; "
       "host-local's is measured on its own. CPU time comes from the host-local runs (a plugin's figure "
       "includes the IPAM it executes).\n")
+    render_multi(S, w)
     render_profile(S, w)
     return "\n".join(L) + "\n"
+
+
+RAIL_EVENTS = ["child created", "IPAM done", "sysctls set", "routes installed", "GID visible",
+               "attachment ready"]
+
+
+def render_multi(S, w):
+    """Many rails in one ADD ("rails"): the targets of issue #28 and one ADD's timeline."""
+    m = S.get("multi")
+    if not m:
+        return
+    n = len(S.get("multi_rails", [])) or S["vm"]["rails"]
+    med = lambda c, op="add": m.get(c, {}).get(op, {}).get("median", float("nan"))
+    v4, chain = med("v4-one"), med("v4-chain")
+    v6all, v6one = med("v6-all"), med("v6-one-rail")
+    w("## Many rails in one ADD (`rails`)\n")
+    w(f"One ADD of a NAD with `\"rails\"` matching all {n} rails (one child per rail, the rails set up "
+      "at once, docs/configuration.md) against what Multus does without it: one attachment per rail, one "
+      f"after the other. Medians of {S['sizes'].get('multi_trials', '?')} interleaved trials; direct exec "
+      f"of the plugin for `rails`, the chain's {n} ADDs through libcni (cnidriver) as in the IPv4 section.\n")
+    w("| case | ADD ms | DEL ms | target | |")
+    w("|---|---|---|---|---|")
+    w(f"| IPv4: {n} rails in one ADD | {f0(v4)} | {f0(med('v4-one', 'del'))} | ≤ 0.25× the chain's {n} "
+      f"sequential attachments ({f0(chain)} ms): {v4 / chain:.2f}× | {target(v4 <= 0.25 * chain)} |")
+    w(f"| IPv4: the chain, {n} sequential attachments | {f0(chain)} | {f0(med('v4-chain', 'del'))} | | |")
+    w(f"| IPv6 routed, `dad: wait`: {n} rails in one ADD | {f0(v6all)} | {f0(med('v6-all', 'del'))} | ≤ 2× one "
+      f"rail's ADD ({f0(v6one)} ms): {v6all / v6one:.2f}× | {target(v6all <= 2 * v6one)} |")
+    w(f"| IPv6 routed, `dad: wait`: one rail | {f0(v6one)} | {f0(med('v6-one-rail', 'del'))} | | |\n")
+    w("The routers of the IPv6 rows are radvd on an IPvlan child of each rail in a namespace of its own "
+      "(the VM has peer NICs on 4 rails only).\n")
+    for fam, title in (("v4", "IPv4"), ("v6", "IPv6 `dad: wait`")):
+        tl = S["multi_timeline"].get(fam) or {}
+        if not tl:
+            continue
+        w(f"**Timeline of one {n}-rail {title} ADD**: ms after the exec at which each rail's thread "
+          "logged each step (its debug log). The rails' columns overlap: each step of each rail starts "
+          "while the other rails are in theirs.\n")
+        w("| rail | " + " | ".join(RAIL_EVENTS) + " |")
+        w("|---|" + "---|" * len(RAIL_EVENTS))
+        for rail in sorted(tl, key=lambda r: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", r)]):
+            w(f"| {rail} | " + " | ".join(f0(tl[rail].get(e)) for e in RAIL_EVENTS) + " |")
+        w("")
 
 
 def render_profile(S, w):

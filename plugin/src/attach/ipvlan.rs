@@ -102,6 +102,118 @@ fn fnv1a32(bytes: impl Iterator<Item = u8>) -> u32 {
     bytes.fold(OFFSET_BASIS, |h, b| (h ^ u32::from(b)).wrapping_mul(PRIME))
 }
 
+/// The name of child `index` (from 0, in rail order) of a multi-rail attachment CNI_IFNAME:
+/// `<ifname>r<index>` (net1r0, net1r1, ...), each also its IPAM call's CNI_IFNAME. When that
+/// would exceed the kernel's 15 bytes, the name keeps as much of CNI_IFNAME as fits beside 4
+/// hex digits of its FNV-1a hash and the suffix (a 15-byte `verylonginterfa` gives
+/// `verylongaf66r15`), so that two long names sharing a prefix still get different children.
+/// Stable across releases: DEL finds the children of an attachment by these names.
+pub(crate) fn child_name(ifname: &str, index: usize) -> String {
+    let suffix = format!("r{index}");
+    if ifname.len() + suffix.len() <= 15 {
+        return format!("{ifname}{suffix}");
+    }
+    let hash = format!("{:04x}", fnv1a32(ifname.bytes()) & 0xffff);
+    let mut keep = 15 - hash.len() - suffix.len();
+    while !ifname.is_char_boundary(keep) {
+        keep -= 1;
+    }
+    format!("{}{hash}{suffix}", &ifname[..keep])
+}
+
+/// The index of `name` if it is one of the children [`child_name`] gives CNI_IFNAME `ifname`.
+pub(crate) fn child_index(ifname: &str, name: &str) -> Option<usize> {
+    let digits = name.len() - name.bytes().rev().take_while(u8::is_ascii_digit).count();
+    let index: usize = name.get(digits..)?.parse().ok()?;
+    (name.get(..digits)?.ends_with('r') && child_name(ifname, index) == name).then_some(index)
+}
+
+/// The ifalias key that ties a child of a multi-rail attachment to its CNI_IFNAME, after the
+/// `roce` fields (`rdma_dev=... gid=... attachment=net1`); readers of those fields skip it.
+pub(crate) const ATTACHMENT_KEY: &str = "attachment";
+
+/// The CNI_IFNAME a child's ifalias ties it to, if any.
+fn attachment_of(alias: Option<&str>) -> Option<&str> {
+    alias?
+        .split_whitespace()
+        .find_map(|kv| kv.strip_prefix(ATTACHMENT_KEY)?.strip_prefix('='))
+}
+
+/// How many children's temporary names DEL looks for at least (more rails than this per node
+/// are not expected).
+const TEMP_NAMES_CHECKED: usize = 64;
+
+/// Removes every child of the multi-rail attachment CNI_IFNAME from the pod (DEL), with its
+/// source rules, and returns the names of those found (for IPAM DEL). A child is an IPvlan
+/// link of the pod that is named by [`child_name`] (also one an interrupted ADD left under
+/// its temporary name), listed in `listed` (prevResult's interfaces), or whose ifalias ties it
+/// to CNI_IFNAME; one whose ifalias ties it to another attachment is left alone.
+pub(crate) fn remove_children(env: &Env, netns: &Netns, listed: &[String]) -> Result<Vec<String>> {
+    let pod = RouteSocket::open_in(netns)?;
+    let mut removed = Vec::new();
+    let links = pod.links()?;
+    // A child an interrupted ADD left under its temporary name has no name to count it by:
+    // the temporary names of as many children as the pod or prevResult shows, and at least
+    // TEMP_NAMES_CHECKED.
+    let count = links
+        .iter()
+        .filter_map(|l| child_index(&env.ifname, &l.name))
+        .map(|i| i + 1)
+        .chain([listed.len(), TEMP_NAMES_CHECKED])
+        .max()
+        .unwrap_or(TEMP_NAMES_CHECKED);
+    let temps: Vec<(String, String)> = (0..count)
+        .map(|i| {
+            let name = child_name(&env.ifname, i);
+            (temp_name(&child_env(env, &name)), name)
+        })
+        .collect();
+    let mut first_error = None;
+    for link in links {
+        if link.kind != Some(InfoKind::IpVlan) {
+            continue;
+        }
+        let tied = attachment_of(link.alias.as_deref());
+        let ours = tied == Some(env.ifname.as_str())
+            || (tied.is_none()
+                && (child_index(&env.ifname, &link.name).is_some()
+                    || listed.contains(&link.name)
+                    || temps.iter().any(|(t, _)| *t == link.name)));
+        if !ours {
+            continue;
+        }
+        let outcome = pod
+            .rules_in_table(routing::table_for(link.index))
+            .and_then(|rules| rules.iter().try_for_each(|r| pod.delete_rule(r)))
+            .and_then(|()| pod.delete_link(link.index));
+        match outcome {
+            Ok(()) => removed.push(
+                temps
+                    .iter()
+                    .find(|(t, _)| *t == link.name)
+                    .map_or(link.name.clone(), |(_, name)| name.clone()),
+            ),
+            Err(e) => {
+                tracing::warn!(link = %link.name, error = %e, "could not remove a child");
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok(removed),
+    }
+}
+
+/// The environment of one child of a multi-rail attachment: CNI_IFNAME is the child's name,
+/// for its IPAM calls and its temporary name.
+pub(crate) fn child_env(env: &Env, name: &str) -> Env {
+    Env {
+        ifname: name.to_string(),
+        ..env.clone()
+    }
+}
+
 /// Removes the child CNI_IFNAME from the pod with its source rules (DEL), and a child still
 /// under its temporary name. A link of another kind under that name is left alone.
 pub(crate) fn remove(env: &Env, netns: &Netns) -> Result<()> {
@@ -143,6 +255,52 @@ mod tests {
             ifname: ifname.into(),
             path: Vec::new(),
         }
+    }
+
+    /// Pinned: DEL finds a multi-rail attachment's children by these names.
+    #[test]
+    fn child_names_are_derived_from_the_ifname_and_fit_15_bytes() {
+        assert_eq!(child_name("net1", 0), "net1r0");
+        assert_eq!(child_name("net1", 15), "net1r15");
+        assert_eq!(child_name("rdma-rails", 15), "rdma-railsr15");
+        let long = child_name("verylonginterfa", 15);
+        assert_eq!(long.len(), 15, "{long}");
+        assert!(
+            long.starts_with("verylong") && long.ends_with("r15"),
+            "{long}"
+        );
+        assert_eq!(long, "verylongaf66r15");
+        // Two long names with a common prefix still differ.
+        assert_ne!(
+            child_name("verylonginterfa", 3),
+            child_name("verylonginterfb", 3)
+        );
+        for ifname in ["net1", "verylonginterfa", "ab", "ünïcödé-ïf"] {
+            let mut seen = std::collections::BTreeSet::new();
+            for i in 0..200 {
+                let name = child_name(ifname, i);
+                assert!(name.len() <= 15, "{name}");
+                crate::protocol::cni::validate_ifname(&name).unwrap();
+                assert_eq!(child_index(ifname, &name), Some(i), "{name}");
+                assert!(seen.insert(name));
+            }
+        }
+        // Not ours: another attachment's children, the attachment's own name, other links.
+        for other in [
+            "net2r0", "net1", "net1r", "net1rx", "eth0", "net1r00", "net10",
+        ] {
+            assert_eq!(child_index("net1", other), None, "{other}");
+        }
+    }
+
+    #[test]
+    fn the_ifalias_ties_a_child_to_its_attachment() {
+        let alias = "rdma_dev=rxe0 port=1 gid_index=3 gid=::ffff:10.0.0.1 attachment=net1";
+        assert_eq!(attachment_of(Some(alias)), Some("net1"));
+        assert_eq!(attachment_of(Some("rdma_dev=rxe0 port=1")), None);
+        assert_eq!(attachment_of(None), None);
+        let roce = crate::protocol::cni::Roce::from_ifalias(alias).unwrap();
+        assert_eq!(roce.gid_index, 3);
     }
 
     /// Pinned: a release that changes these names strands children of killed ADDs.

@@ -57,6 +57,40 @@ pub struct Inputs {
     pub args_rdma_device: Option<String>,
     /// The NAD's `allowedRails`: the rails cni-args may choose (empty: none).
     pub allowed: AllowedRails,
+    /// The NAD's `rails`: every matching netdev is a rail of this one attachment (one child
+    /// each); exclusive with every other input that names a rail ([`Inputs::with_rails`]).
+    pub rails: Option<Rails>,
+}
+
+/// The NAD's `rails`: netdev names and glob patterns, with `allowedRails`' syntax; every
+/// netdev of the node that matches one is a rail of the attachment, in name order
+/// ([`find_all`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Rails(Vec<String>);
+
+impl Rails {
+    /// Checks the NAD's `rails` value (absent: None).
+    pub fn parse(value: Option<&Value>) -> Result<Option<Rails>> {
+        Ok(parse_patterns("rails", "leave it out and name one rail", value)?.map(Rails))
+    }
+
+    pub fn matches(&self, netdev: &str) -> bool {
+        self.0
+            .iter()
+            .any(|p| glob_match(p.as_bytes(), netdev.as_bytes()))
+    }
+
+    /// The patterns, for messages: `["rdma*", "eth1"]`.
+    pub fn describe(&self) -> String {
+        format!(
+            "[{}]",
+            self.0
+                .iter()
+                .map(|p| format!("{p:?}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    }
 }
 
 /// The NAD's `allowedRails`: netdev names and glob patterns (`*` any run of characters, `?`
@@ -67,40 +101,10 @@ pub struct AllowedRails(Vec<String>);
 impl AllowedRails {
     /// Checks the NAD's `allowedRails` value (absent: nothing allowed).
     pub fn parse(value: Option<&Value>) -> Result<AllowedRails> {
-        let bad = |why: String| {
-            Err(Error::InvalidConfig(format!(
-                "\"allowedRails\" {why}: expected a non-empty list of rail netdev names or glob \
-                 patterns, e.g. [\"rdma0\", \"rdma*\"]"
-            )))
-        };
-        let list = match value {
-            None | Some(Value::Null) => return Ok(AllowedRails::default()),
-            Some(Value::Array(list)) if list.is_empty() => {
-                return bad("is empty (leave it out to let no pod choose)".into())
-            }
-            Some(Value::Array(list)) => list,
-            Some(other) => return bad(format!("is {other}")),
-        };
-        let mut patterns = Vec::new();
-        for entry in list {
-            let Some(p) = entry.as_str() else {
-                return bad(format!("has {entry}, not a string"));
-            };
-            // A pattern is an interface name in which '*' and '?' stand for characters.
-            let probe = p.replace(['*', '?'], "x");
-            if p.is_empty()
-                || p.len() > 15
-                || crate::protocol::cni::validate_ifname(&probe).is_err()
-                || p.contains(['[', ']', '\\'])
-            {
-                return bad(format!(
-                    "has {p:?}, which is neither an interface name nor a pattern of one (up to \
-                     15 bytes, no '/', ':', '%', whitespace; '*' and '?' as wildcards)"
-                ));
-            }
-            patterns.push(p.to_string());
-        }
-        Ok(AllowedRails(patterns))
+        Ok(AllowedRails(
+            parse_patterns("allowedRails", "leave it out to let no pod choose", value)?
+                .unwrap_or_default(),
+        ))
     }
 
     pub fn is_empty(&self) -> bool {
@@ -137,6 +141,45 @@ impl AllowedRails {
         }
         Ok(())
     }
+}
+
+/// A list of netdev names and glob patterns under `key` (None when absent or null); an empty
+/// list is refused with `if_empty` as the advice.
+fn parse_patterns(key: &str, if_empty: &str, value: Option<&Value>) -> Result<Option<Vec<String>>> {
+    let bad = |why: String| {
+        Err(Error::InvalidConfig(format!(
+            "\"{key}\" {why}: expected a non-empty list of rail netdev names or glob \
+             patterns, e.g. [\"rdma0\", \"rdma*\"]"
+        )))
+    };
+    let list = match value {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Array(list)) if list.is_empty() => {
+            return bad(format!("is empty ({if_empty})"))
+        }
+        Some(Value::Array(list)) => list,
+        Some(other) => return bad(format!("is {other}")),
+    };
+    let mut patterns = Vec::new();
+    for entry in list {
+        let Some(p) = entry.as_str() else {
+            return bad(format!("has {entry}, not a string"));
+        };
+        // A pattern is an interface name in which '*' and '?' stand for characters.
+        let probe = p.replace(['*', '?'], "x");
+        if p.is_empty()
+            || p.len() > 15
+            || crate::protocol::cni::validate_ifname(&probe).is_err()
+            || p.contains(['[', ']', '\\'])
+        {
+            return bad(format!(
+                "has {p:?}, which is neither an interface name nor a pattern of one (up to \
+                 15 bytes, no '/', ':', '%', whitespace; '*' and '?' as wildcards)"
+            ));
+        }
+        patterns.push(p.to_string());
+    }
+    Ok(Some(patterns))
 }
 
 /// Glob matching with `*` (any run, also empty) and `?` (one byte); everything else literal.
@@ -222,12 +265,48 @@ impl Inputs {
             args_master,
             args_rdma_device,
             allowed,
+            rails: None,
+        })
+    }
+
+    /// Adds the NAD's `rails`, which must be the only input naming a rail: the rails it
+    /// matches are all the attachment's, so a `master`, an RDMA device, a `deviceID` or a pod's
+    /// cni-args that chose one more would contradict it.
+    pub fn with_rails(self, rails: Option<Rails>) -> Result<Inputs> {
+        let Some(rails) = rails else {
+            return Ok(self);
+        };
+        let others: Vec<&str> = [
+            (self.master.is_some(), "\"master\""),
+            (self.rdma_device.is_some(), "\"rdma.device\""),
+            (self.device_id.is_some(), "\"deviceID\""),
+            (self.args_master.is_some(), "cni-args \"master\""),
+            (self.args_rdma_device.is_some(), "cni-args \"rdmaDevice\""),
+        ]
+        .into_iter()
+        .filter_map(|(given, what)| given.then_some(what))
+        .collect();
+        if !others.is_empty() {
+            return Err(Error::InvalidConfig(format!(
+                "\"rails\" {} and {} both name rails: expected only \"rails\", which makes \
+                 one child on every matching rail. Drop {} (a deviceID comes from a \
+                 resourceName annotation on the NAD, cni-args from the pod's network selection \
+                 element), or drop \"rails\" to attach one rail",
+                rails.describe(),
+                others.join(", "),
+                others.join(", ")
+            )));
+        }
+        Ok(Inputs {
+            rails: Some(rails),
+            ..self
         })
     }
 
     /// Whether any input names a rail. A NAD may name none when every pod passes `cni-args`.
     pub fn names_a_rail(&self) -> bool {
-        self.master.is_some()
+        self.rails.is_some()
+            || self.master.is_some()
             || self.rdma_device.is_some()
             || self.device_id.is_some()
             || self.args_master.is_some()
@@ -492,6 +571,85 @@ fn check_own_name(inputs: &Inputs, requested: &str, own: &str) -> Result<()> {
         )?;
     }
     Ok(())
+/// The rails of `rails` on this node: every netdev of the host namespace that matches, in
+/// name order with numbers compared as numbers (rdma2 before rdma10), so that the N-th child
+/// is on the N-th rail whatever the node calls them. No match is reported through `missing`
+/// (ADD 100, CHECK 107, STATUS 50).
+pub(crate) fn find_all(
+    rails: &Rails,
+    host: &RouteSocket,
+    missing: fn(String) -> Error,
+) -> Result<Vec<(Rail, Link)>> {
+    let links = host.links()?;
+    let mut found: Vec<Link> = links
+        .iter()
+        .filter(|l| rails.matches(&l.name))
+        .cloned()
+        .collect();
+    if found.is_empty() {
+        let mut names: Vec<&str> = links.iter().map(|l| l.name.as_str()).collect();
+        names.sort_by(|a, b| natural_cmp(a, b));
+        return Err(missing(format!(
+            "\"rails\" {} matches no netdev of this node: expected at least one rail; found \
+             {}. Check the rail names with `ip link` and the NAD's \"rails\"",
+            rails.describe(),
+            names.join(", ")
+        )));
+    }
+    found.sort_by(|a, b| natural_cmp(&a.name, &b.name));
+    Ok(found
+        .into_iter()
+        .map(|link| {
+            (
+                Rail {
+                    netdev: link.name.clone(),
+                    rdma_device: None,
+                    chosen_by: format!("\"rails\" {}", rails.describe()),
+                },
+                link,
+            )
+        })
+        .collect())
+}
+
+/// Name order with runs of digits compared as numbers: rdma2 < rdma10, ens1f0np0 < ens1f1np0.
+pub(crate) fn natural_cmp(a: &str, b: &str) -> std::cmp::Ordering {
+    use std::cmp::Ordering;
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() && j < b.len() {
+        if a[i].is_ascii_digit() && b[j].is_ascii_digit() {
+            let (si, sj) = (i, j);
+            while i < a.len() && a[i].is_ascii_digit() {
+                i += 1;
+            }
+            while j < b.len() && b[j].is_ascii_digit() {
+                j += 1;
+            }
+            // Without leading zeros, the longer run is the larger number.
+            let x = trim_zeros(&a[si..i]);
+            let y = trim_zeros(&b[sj..j]);
+            let by_number = x.len().cmp(&y.len()).then_with(|| x.cmp(y));
+            if by_number != Ordering::Equal {
+                return by_number;
+            }
+        } else {
+            if a[i] != b[j] {
+                return a[i].cmp(&b[j]);
+            }
+            i += 1;
+            j += 1;
+        }
+    }
+    (a.len() - i).cmp(&(b.len() - j)).then_with(|| a.cmp(b))
+}
+
+fn trim_zeros(digits: &[u8]) -> &[u8] {
+    let start = digits
+        .iter()
+        .position(|&d| d != b'0')
+        .unwrap_or(digits.len());
+    &digits[start..]
 }
 
 /// The RDMA port whose GID table will hold the child's GID: the device an input named (port
@@ -861,6 +1019,86 @@ mod tests {
             assert_eq!(err.code(), 7, "{bad}");
             assert!(err.to_string().contains("allowedRails"), "{err}");
         }
+    }
+
+    #[test]
+    fn rails_are_the_only_input_naming_rails() {
+        let rails = |v: Value| Rails::parse(Some(&v)).unwrap();
+        let r = inputs(json!({}))
+            .unwrap()
+            .with_rails(rails(json!(["rdma*"])))
+            .unwrap();
+        assert!(r.names_a_rail());
+        assert!(r.rails.as_ref().unwrap().matches("rdma15"));
+        assert!(!r.rails.as_ref().unwrap().matches("eth0"));
+        for (conf, named) in [
+            (json!({"master": "rdma6"}), "\"master\""),
+            (json!({"rdmaDevice": "mlx5_6"}), "\"rdma.device\""),
+            (json!({"deviceID": "0000:0c:00.0"}), "\"deviceID\""),
+            (
+                json!({"runtimeConfig": {"deviceID": "0000:0c:00.0"}}),
+                "\"deviceID\"",
+            ),
+            (
+                json!({"allowedRails": ["rdma*"], "args": {"cni": {"master": "rdma6"}}}),
+                "cni-args \"master\"",
+            ),
+            (
+                json!({"allowedRails": ["rdma*"], "args": {"cni": {"rdmaDevice": "mlx5_6"}}}),
+                "cni-args \"rdmaDevice\"",
+            ),
+        ] {
+            let err = inputs(conf.clone())
+                .unwrap()
+                .with_rails(rails(json!(["rdma*"])))
+                .unwrap_err();
+            assert_eq!(err.code(), 7, "{conf}");
+            let msg = err.to_string();
+            assert!(
+                msg.contains("both name rails") && msg.contains(named),
+                "{msg}"
+            );
+        }
+        // Same syntax as allowedRails, same refusals, named "rails".
+        assert_eq!(Rails::parse(None).unwrap(), None);
+        for bad in [
+            json!([]),
+            json!("rdma*"),
+            json!(["a/b"]),
+            json!(["rdma[0-3]"]),
+        ] {
+            let err = Rails::parse(Some(&bad)).unwrap_err();
+            assert_eq!(err.code(), 7, "{bad}");
+            assert!(err.to_string().contains("\"rails\""), "{err}");
+        }
+    }
+
+    #[test]
+    fn rails_come_in_name_order_with_numbers_as_numbers() {
+        let mut names = vec![
+            "rdma10",
+            "rdma2",
+            "rdma1",
+            "rdma0",
+            "ens1f1np0",
+            "ens1f0np0",
+            "rdma02",
+            "rdma",
+        ];
+        names.sort_by(|a, b| natural_cmp(a, b));
+        assert_eq!(
+            names,
+            [
+                "ens1f0np0",
+                "ens1f1np0",
+                "rdma",
+                "rdma0",
+                "rdma1",
+                "rdma02",
+                "rdma2",
+                "rdma10"
+            ]
+        );
     }
 
     #[test]

@@ -23,6 +23,11 @@ impl<T> UndoStack<T> {
         self.steps.into_iter().rev()
     }
 
+    /// The steps, oldest first, without taking them.
+    pub fn steps(&self) -> impl Iterator<Item = &T> {
+        self.steps.iter()
+    }
+
     pub fn len(&self) -> usize {
         self.steps.len()
     }

@@ -30,10 +30,9 @@ enum Step {
         index: u32,
     },
     Ipam,
-    /// A pod-wide sysctl and the value it had before, written for the child `child`.
+    /// A pod-wide sysctl and the value it had before.
     Sysctl {
         saved: sysctl::Saved,
-        child: u32,
     },
     Rule {
         source: IpAddr,
@@ -76,41 +75,90 @@ impl std::fmt::Display for Step {
 
 /// What ADD checked before changing anything.
 struct Ready<'a> {
-    env: &'a Env,
     conf: &'a NetConf,
     netns: Netns,
     host: RouteSocket,
     pod: RouteSocket,
+    /// One per child, in rail order: one for `master` and the other single-rail inputs, one
+    /// per matching rail for `rails`.
+    rails: Vec<RailReady>,
+    budget: Budget,
+}
+
+/// One rail of the attachment, checked.
+struct RailReady {
+    /// The attachment's environment with CNI_IFNAME the child's name (ipvlan::child_name for
+    /// `rails`): what the child is created as and what its IPAM calls carry.
+    env: Env,
     master: Link,
     port: RdmaPort,
-    ipam: Option<Ipam<'a>>,
-    budget: Budget,
+    /// The sysctls written for this child; the pod-wide ones only by the first child of a
+    /// multi-rail attachment (one save and one restore for the attachment).
+    sysctls: Vec<sysctl::Sysctl>,
+    /// For `rails`: the attachment's CNI_IFNAME, added to the child's ifalias (ipvlan.rs).
+    tie: Option<String>,
+}
+
+/// What one rail's build left: its undo steps, its socket in the pod (for them), and either
+/// its part of the result or the error that stopped it.
+struct RailRun {
+    pod: Option<RouteSocket>,
+    undo: UndoStack<Step>,
+    outcome: Result<Built>,
+}
+
+/// One finished child.
+struct Built {
+    result: CniResult,
+    interface: Interface,
+    roce: Roce,
 }
 
 pub fn add(env: &Env, conf: &NetConf) -> Result<Value> {
     let budget = Budget::start(conf.timeouts.total);
     let ready = validate(env, conf, budget)?;
-    tracing::debug!(rdma = %ready.port, "validated");
+    tracing::debug!(rails = ready.rails.len(), "validated");
     // Held until the ADD has finished or undone everything (lock.rs).
     let _attachment = lock::acquire(
         &lock::Key::attachment(&env.container_id, &env.ifname),
         budget.remaining_at(std::time::Instant::now()),
     )?;
-    let mut undo = UndoStack::default();
-    match build(&ready, &mut undo) {
-        Ok(doc) => Ok(doc),
-        Err(err) => {
-            tracing::warn!(error = %err, steps = undo.len(), "ADD failed; undoing");
-            let failed_undo = rollback(&ready, undo);
-            if failed_undo.is_empty() {
-                Err(err)
+    let runs = build_all(&ready);
+    if runs.iter().all(|run| run.outcome.is_ok()) {
+        return Ok(result(&ready, runs));
+    }
+    // The first failing rail's error is the ADD's; the others are logged.
+    let mut first = None;
+    let mut undos = Vec::with_capacity(runs.len());
+    for (rail, run) in ready.rails.iter().zip(runs) {
+        if let Err(e) = run.outcome {
+            let e = if ready.rails.len() > 1 {
+                Error::OnRail {
+                    rail: rail.master.name.clone(),
+                    child: rail.env.ifname.clone(),
+                    cause: Box::new(e),
+                }
             } else {
-                Err(Error::Unwound {
-                    cause: Box::new(err),
-                    failed_undo,
-                })
+                e
+            };
+            match first {
+                None => first = Some(e),
+                Some(_) => tracing::warn!(error = %e, "another rail failed too"),
             }
         }
+        undos.push((rail, run.pod, run.undo));
+    }
+    let err = first.expect("some rail failed");
+    let steps: usize = undos.iter().map(|(_, _, undo)| undo.len()).sum();
+    tracing::warn!(error = %err, steps, "ADD failed; undoing every rail");
+    let failed_undo = rollback(&ready, undos);
+    if failed_undo.is_empty() {
+        Err(err)
+    } else {
+        Err(Error::Unwound {
+            cause: Box::new(err),
+            failed_undo,
+        })
     }
 }
 
@@ -126,7 +174,76 @@ fn validate<'a>(env: &'a Env, conf: &'a NetConf, budget: Budget) -> Result<Ready
     let netns = Netns::open(netns_path)?;
     netns.refuse_own()?;
     let host = RouteSocket::current()?;
-    let (rail, master) = rail::find(&conf.rail, &host, Error::Rail)?;
+    let found = match &conf.rail.rails {
+        Some(rails) => rail::find_all(rails, &host, Error::Rail)?,
+        None => vec![rail::find(&conf.rail, &host, Error::Rail)?],
+    };
+    let multi = conf.multi_rail();
+    let mut rails = Vec::with_capacity(found.len());
+    for (i, (rail, master)) in found.into_iter().enumerate() {
+        check_master(conf, &master)?;
+        let port = rail::rdma_port(&rail, conf.rdma.port, &master)?;
+        if i == 0 {
+            require_shared_netns_mode(&port, &master)?;
+        }
+        let (env, sysctls, tie) = if multi {
+            let name = ipvlan::child_name(&env.ifname, i);
+            let mut sysctls = conf.sysctls_for(&name)?;
+            if i > 0 {
+                sysctls.retain(|s| !s.pod_wide);
+            }
+            (
+                ipvlan::child_env(env, &name),
+                sysctls,
+                Some(env.ifname.clone()),
+            )
+        } else {
+            (env.clone(), conf.sysctls.clone(), None)
+        };
+        rails.push(RailReady {
+            env,
+            master,
+            port,
+            sysctls,
+            tie,
+        });
+    }
+    let pod = RouteSocket::open_in(&netns)?;
+    if multi {
+        let names: Vec<String> = pod.links()?.into_iter().map(|l| l.name).collect();
+        if let Some(taken) = rails.iter().find(|r| names.contains(&r.env.ifname)) {
+            return Err(Error::InvalidEnv(format!(
+                "the pod already has an interface named {}, the name of a child of attachment \
+                 {} (children are named {}, {}, ...): expected the names free; is this a \
+                 second ADD for the same attachment, or does another attachment of the pod use \
+                 such a name?",
+                taken.env.ifname,
+                env.ifname,
+                ipvlan::child_name(&env.ifname, 0),
+                ipvlan::child_name(&env.ifname, 1)
+            )));
+        }
+    } else if let Some(existing) = pod.link_by_name(&env.ifname)? {
+        return Err(Error::InvalidEnv(format!(
+            "the pod already has an interface named {} (#{}): expected CNI_IFNAME to be free; is \
+             this a second ADD for the same attachment?",
+            env.ifname, existing.index
+        )));
+    }
+    // Every child's IPAM plugin is the same binary: found once, before anything changes.
+    Ipam::find(env, conf)?;
+    Ok(Ready {
+        conf,
+        netns,
+        host,
+        pod,
+        rails,
+        budget,
+    })
+}
+
+/// A rail the child can be made on: up, and with room for the configured MTU.
+fn check_master(conf: &NetConf, master: &Link) -> Result<()> {
     if !master.admin_up {
         return Err(Error::Rail(format!(
             "rail {} is down: expected it up before pods attach; bring it up (ip link set {} up) \
@@ -143,28 +260,130 @@ fn validate<'a>(env: &'a Env, conf: &'a NetConf, budget: Budget) -> Result<Ready
             )));
         }
     }
-    let port = rail::rdma_port(&rail, conf.rdma.port, &master)?;
-    require_shared_netns_mode(&port, &master)?;
-    let pod = RouteSocket::open_in(&netns)?;
-    if let Some(existing) = pod.link_by_name(&env.ifname)? {
-        return Err(Error::InvalidEnv(format!(
-            "the pod already has an interface named {} (#{}): expected CNI_IFNAME to be free; is \
-             this a second ADD for the same attachment?",
-            env.ifname, existing.index
-        )));
+    Ok(())
+}
+
+/// Builds every rail's child: one rail on this thread with ADD's sockets; several at once, each
+/// on a thread of its own with sockets of its own (a netlink socket answers one conversation at
+/// a time), so that their IPAM calls, sysctls, routing and GID, RA and DAD waits overlap. All
+/// share the one deadline of `timeouts.totalMs`. A rail whose thread cannot start fails, and
+/// with it the ADD.
+fn build_all(r: &Ready<'_>) -> Vec<RailRun> {
+    if let [rail] = r.rails.as_slice() {
+        let mut undo = UndoStack::default();
+        let outcome = build(r, rail, &r.host, &r.pod, &mut undo);
+        return vec![RailRun {
+            pod: None,
+            undo,
+            outcome,
+        }];
     }
-    let ipam = Ipam::find(env, conf)?;
-    Ok(Ready {
-        env,
-        conf,
-        netns,
-        host,
-        pod,
-        master,
-        port,
-        ipam,
-        budget,
+    let parent = tracing::Span::current();
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = r
+            .rails
+            .iter()
+            .map(|rail| {
+                let parent = parent.clone();
+                std::thread::Builder::new()
+                    .name(format!("rail-{}", rail.master.name))
+                    .spawn_scoped(scope, move || {
+                        let span = tracing::info_span!(parent: &parent, "rail", rail = %rail.master.name, child = %rail.env.ifname);
+                        let _entered = span.enter();
+                        build_rail(r, rail)
+                    })
+                    .map_err(|e| {
+                        Error::io(
+                            format!(
+                                "cannot start a thread for rail {} (a pids limit of the plugin's \
+                                 cgroup?)",
+                                rail.master.name
+                            ),
+                            e,
+                        )
+                    })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|handle| match handle {
+                Ok(h) => h
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+                Err(e) => RailRun {
+                    pod: None,
+                    undo: UndoStack::default(),
+                    outcome: Err(e),
+                },
+            })
+            .collect()
     })
+}
+
+/// One rail of a multi-rail ADD, on its own thread with its own sockets.
+fn build_rail(r: &Ready<'_>, rail: &RailReady) -> RailRun {
+    let mut undo = UndoStack::default();
+    let sockets =
+        RouteSocket::current().and_then(|host| Ok((host, RouteSocket::open_in(&r.netns)?)));
+    match sockets {
+        Ok((host, pod)) => {
+            let outcome = build(r, rail, &host, &pod, &mut undo);
+            RailRun {
+                pod: Some(pod),
+                undo,
+                outcome,
+            }
+        }
+        Err(e) => RailRun {
+            pod: None,
+            undo,
+            outcome: Err(e),
+        },
+    }
+}
+
+/// The result of a finished ADD: one interface per child, each child's addresses pointing at
+/// it, and the `roce` data (one object for one rail; a list, in interface order, for `rails`).
+fn result(r: &Ready<'_>, runs: Vec<RailRun>) -> Value {
+    let mut built: Vec<Built> = runs
+        .into_iter()
+        .map(|run| {
+            run.outcome
+                .expect("result is called when every rail succeeded")
+        })
+        .collect();
+    if !r.conf.multi_rail() {
+        let Built {
+            mut result,
+            interface,
+            roce,
+        } = built.remove(0);
+        result.interfaces = vec![interface];
+        for ip in &mut result.ips {
+            ip.interface = Some(0);
+        }
+        return result.to_json(&r.conf.cni_version, Some(&roce));
+    }
+    let mut merged = CniResult::default();
+    let mut roces = Vec::with_capacity(built.len());
+    for (i, b) in built.into_iter().enumerate() {
+        merged.interfaces.push(b.interface);
+        merged.ips.extend(b.result.ips.into_iter().map(|mut ip| {
+            ip.interface = Some(i);
+            ip
+        }));
+        // The routes of the IPAM section apply to every child; listed once.
+        for route in b.result.routes {
+            if !merged.routes.contains(&route) {
+                merged.routes.push(route);
+            }
+        }
+        if merged.dns.is_null() {
+            merged.dns = b.result.dns;
+        }
+        roces.push(b.roce);
+    }
+    merged.to_json_rails(&r.conf.cni_version, &roces)
 }
 
 /// roce-ipvlan creates the attachment's interface, so it must be the first plugin of its list
@@ -223,14 +442,21 @@ fn require_shared_netns_mode(port: &RdmaPort, master: &Link) -> Result<()> {
     }
 }
 
-fn build(r: &Ready<'_>, undo: &mut UndoStack<Step>) -> Result<Value> {
-    let (env, conf, pod) = (r.env, r.conf, &r.pod);
-    let child = ipvlan::create(r.env, &r.host, &r.pod, &r.netns, &r.master, r.conf.mtu)?;
+/// Builds one rail's child, pushing an undo for each change.
+fn build(
+    r: &Ready<'_>,
+    rail: &RailReady,
+    host: &RouteSocket,
+    pod: &RouteSocket,
+    undo: &mut UndoStack<Step>,
+) -> Result<Built> {
+    let (env, conf) = (&rail.env, r.conf);
+    let child = ipvlan::create(env, host, pod, &r.netns, &rail.master, conf.mtu)?;
     undo.push(Step::Link { index: child.index });
     tracing::debug!(index = child.index, "child created");
     failpoint!("after-child");
 
-    let mut result = match &r.ipam {
+    let mut result = match Ipam::find(env, conf)? {
         Some(ipam) => {
             // Pushed before the call: an IPAM plugin that allocated and then printed something
             // unusable (not JSON, no address) or failed half-way still gets its DEL, which the
@@ -243,7 +469,7 @@ fn build(r: &Ready<'_>, undo: &mut UndoStack<Step>) -> Result<Value> {
     tracing::debug!(ips = result.ips.len(), "IPAM done");
     failpoint!("after-ipam");
 
-    let mut sysctls = conf.sysctls.clone();
+    let mut sysctls = rail.sysctls.clone();
     sysctls.extend(ipv6::sysctls(conf, &result.ips, &env.ifname)?);
     // Saving and writing the pod-wide values is one step for the other ADDs into this pod,
     // which may be undoing theirs (lock.rs); the child already exists, so an undo that runs
@@ -259,10 +485,7 @@ fn build(r: &Ready<'_>, undo: &mut UndoStack<Step>) -> Result<Value> {
     let (saved, written) = r.netns.run(|| sysctl::apply(&sysctls))?;
     drop(held);
     for saved in saved {
-        undo.push(Step::Sysctl {
-            saved,
-            child: child.index,
-        });
+        undo.push(Step::Sysctl { saved });
     }
     written?;
     failpoint!("after-sysctls");
@@ -283,7 +506,7 @@ fn build(r: &Ready<'_>, undo: &mut UndoStack<Step>) -> Result<Value> {
         &result.routes,
         conf.source_routing,
     );
-    install_routes(r, undo, child.index, &plan)?;
+    install_routes(pod, undo, child.index, &plan)?;
     tracing::debug!(
         routes = plan.routes.len(),
         rules = plan.rules.len(),
@@ -297,12 +520,12 @@ fn build(r: &Ready<'_>, undo: &mut UndoStack<Step>) -> Result<Value> {
                 slaac,
                 pod,
                 &child,
-                &r.master.name,
+                &rail.master.name,
                 conf,
                 r.budget,
                 &mut result,
             )?;
-            install_routes(r, undo, child.index, &done.routes)?;
+            install_routes(pod, undo, child.index, &done.routes)?;
             done.gid_addr
         }
         None => result
@@ -314,7 +537,7 @@ fn build(r: &Ready<'_>, undo: &mut UndoStack<Step>) -> Result<Value> {
             .ok_or_else(|| Error::ipam("IPAM returned no address"))?,
     };
 
-    let roce = wait_for_gid(r, gid_addr)?;
+    let roce = wait_for_gid(r, rail, gid_addr)?;
     tracing::debug!(gid_index = roce.gid_index, "GID visible in the pod");
     failpoint!("after-gid");
     if !r.netns.still_at_path() {
@@ -322,11 +545,16 @@ fn build(r: &Ready<'_>, undo: &mut UndoStack<Step>) -> Result<Value> {
         // step worked, but nobody can reach the attachment and the IPAM address would leak
         // until a DEL that a runtime tearing the pod down may already have sent.
         return Err(Error::Netns(format!(
-            "the pod's network namespace {} was deleted while ADD ran: expected it to outlive              the call; everything done for this attachment is undone",
+            "the pod's network namespace {} was deleted while ADD ran: expected it to outlive \
+             the call; everything done for this attachment is undone",
             r.netns.path().display()
         )));
     }
-    pod.set_alias(child.index, &roce.ifalias())?;
+    let alias = match &rail.tie {
+        Some(ifname) => format!("{} {}={ifname}", roce.ifalias(), ipvlan::ATTACHMENT_KEY),
+        None => roce.ifalias(),
+    };
+    pod.set_alias(child.index, &alias)?;
     failpoint!("after-alias");
     if let (Some(path), Some(pci)) = (&conf.device_info_file, &conf.rail.device_id) {
         if let Some(written) = device_info::write(path, pci, &roce.rdma_device)? {
@@ -335,33 +563,33 @@ fn build(r: &Ready<'_>, undo: &mut UndoStack<Step>) -> Result<Value> {
     }
     failpoint!("after-device-info");
 
-    result.interfaces = vec![Interface {
-        name: env.ifname.clone(),
-        mac: child.mac_string(),
-        mtu: Some(child.mtu),
-        sandbox: r.netns.path().display().to_string(),
-    }];
-    for ip in &mut result.ips {
-        ip.interface = Some(0);
-    }
     tracing::info!(gid_index = roce.gid_index, gid = %roce.gid, device = %roce.rdma_device, "attachment ready");
-    Ok(result.to_json(&conf.cni_version, Some(&roce)))
+    Ok(Built {
+        result,
+        interface: Interface {
+            name: env.ifname.clone(),
+            mac: child.mac_string(),
+            mtu: Some(child.mtu),
+            sandbox: r.netns.path().display().to_string(),
+        },
+        roce,
+    })
 }
 
 /// Waits, reading sysfs from inside the pod's namespace (as the workload will), until the RoCE
 /// v2 GID of the child's address is in the port's table.
-fn wait_for_gid(r: &Ready<'_>, addr: IpAddr) -> Result<Roce> {
+fn wait_for_gid(r: &Ready<'_>, rail: &RailReady, addr: IpAddr) -> Result<Roce> {
     let gid = rdma::roce_gid(addr);
     let share = r.budget.share(r.conf.rdma.gid_timeout);
     let timeout = share.limit;
-    let port = r.port.clone();
+    let port = rail.port.clone();
     let waited = r
         .netns
         .run(move || rdma::wait_for_gid(&Sysfs::system(), &port, gid, timeout))?;
     match waited {
         Ok(index) => Ok(Roce {
-            rdma_device: r.port.device.clone(),
-            port: r.port.port,
+            rdma_device: rail.port.device.clone(),
+            port: rail.port.port,
             gid_index: index,
             gid,
             gid_type: GidType::RoceV2.to_string(),
@@ -372,19 +600,19 @@ fn wait_for_gid(r: &Ready<'_>, addr: IpAddr) -> Result<Roce> {
              {}. Likely causes: {} is not the RDMA device of rail {} (check `rdma link show`), \
              the RDMA subsystem is in exclusive netns mode (`rdma system show`), or the NIC \
              driver does not add GIDs for IPvlan children",
-            r.env.ifname,
-            r.port.device,
-            r.port.port,
+            rail.env.ifname,
+            rail.port.device,
+            rail.port.port,
             share.describe(r.conf.timeouts.total),
             last.map(|t| t.summary())
                 .unwrap_or_else(|| "nothing could be read".into()),
-            r.port.device,
-            r.master.name,
+            rail.port.device,
+            rail.master.name,
         ))),
         Err(WaitError::Io(e)) => Err(Error::io(
             format!(
                 "cannot read the GID table of {} port {}",
-                r.port.device, r.port.port
+                rail.port.device, rail.port.port
             ),
             e,
         )),
@@ -392,18 +620,17 @@ fn wait_for_gid(r: &Ready<'_>, addr: IpAddr) -> Result<Roce> {
 }
 
 fn install_routes(
-    r: &Ready<'_>,
+    pod: &RouteSocket,
     undo: &mut UndoStack<Step>,
     dev: u32,
     plan: &routing::Plan,
 ) -> Result<()> {
     for route in &plan.routes {
-        r.pod
-            .add_route(route.table, route.dst, route.gw, dev, route.src)?;
+        pod.add_route(route.table, route.dst, route.gw, dev, route.src)?;
     }
     if let Some(table) = plan.table {
         for source in &plan.rules {
-            r.pod.add_rule(*source, table, RULE_PRIORITY)?;
+            pod.add_rule(*source, table, RULE_PRIORITY)?;
             undo.push(Step::Rule {
                 source: *source,
                 table,
@@ -421,16 +648,21 @@ fn pod_lock(r: &Ready<'_>, limit: std::time::Duration) -> Result<lock::Held> {
 
 /// Puts a pod-wide sysctl back, unless something else relies on the value this ADD wrote:
 /// another IPvlan child in the pod (a concurrent ADD that found the value already there, or an
-/// attachment made before), or a change since. Under the pod lock, so that no other ADD's
-/// sysctl step runs in between (lock.rs).
-fn restore_pod_wide(r: &Ready<'_>, saved: &sysctl::Saved, child: u32) -> Result<()> {
+/// attachment made before), or a change since. `ours` are this ADD's children (every rail's),
+/// which do not count. Under the pod lock, so that no other ADD's sysctl step runs in between
+/// (lock.rs).
+fn restore_pod_wide(
+    r: &Ready<'_>,
+    pod: &RouteSocket,
+    saved: &sysctl::Saved,
+    ours: &[u32],
+) -> Result<()> {
     // Its own wait, not what is left of the budget (Budget::undo_wait_at).
     let _pod = pod_lock(r, r.budget.undo_wait_at(std::time::Instant::now()))?;
-    let others: Vec<String> = r
-        .pod
+    let others: Vec<String> = pod
         .links()?
         .into_iter()
-        .filter(|l| l.index != child && l.kind == Some(InfoKind::IpVlan))
+        .filter(|l| !ours.contains(&l.index) && l.kind == Some(InfoKind::IpVlan))
         .map(|l| l.name)
         .collect();
     if !others.is_empty() {
@@ -444,34 +676,94 @@ fn restore_pod_wide(r: &Ready<'_>, saved: &sysctl::Saved, child: u32) -> Result<
     saved.restore()
 }
 
-/// Takes back every step, newest first, going on past a step that fails; returns those that
-/// failed.
-fn rollback(r: &Ready<'_>, undo: UndoStack<Step>) -> Vec<FailedUndo> {
-    let mut failed = Vec::new();
-    for step in undo.unwind() {
-        let outcome = undo_step(r, &step);
-        if let Err(e) = outcome {
-            tracing::error!(?step, error = %e, "could not undo a step of the failed ADD");
-            failed.push(FailedUndo {
-                step: step.to_string(),
-                error: e,
-            });
+/// Takes back every step of every rail, each rail's newest first, going on past a step that
+/// fails; returns those that failed. Several rails are taken back at once, each on a thread of
+/// its own (their IPAM DELs each get a fresh `timeouts.ipamMs`: one after the other, 16 of them
+/// could outlast the kubelet's patience); a rail whose thread cannot start (pids.max) is taken
+/// back on this one.
+fn rollback(
+    r: &Ready<'_>,
+    undos: Vec<(&RailReady, Option<RouteSocket>, UndoStack<Step>)>,
+) -> Vec<FailedUndo> {
+    let ours: Vec<u32> = undos
+        .iter()
+        .flat_map(|(_, _, undo)| undo.steps())
+        .filter_map(|step| match step {
+            Step::Link { index } => Some(*index),
+            _ => None,
+        })
+        .collect();
+    let one_rail = |(rail, pod, undo): (&RailReady, Option<RouteSocket>, UndoStack<Step>)| {
+        let pod = pod.as_ref().unwrap_or(&r.pod);
+        let mut failed = Vec::new();
+        for step in undo.unwind() {
+            if let Err(e) = undo_step(r, rail, pod, &step, &ours) {
+                tracing::error!(?step, child = %rail.env.ifname, error = %e, "could not undo a step of the failed ADD");
+                let step = if r.rails.len() > 1 {
+                    format!(
+                        "{step} (rail {}, child {})",
+                        rail.master.name, rail.env.ifname
+                    )
+                } else {
+                    step.to_string()
+                };
+                failed.push(FailedUndo { step, error: e });
+            }
         }
+        failed
+    };
+    if undos.len() == 1 {
+        return undos.into_iter().flat_map(one_rail).collect();
+    }
+    // Each rail's steps in a slot its thread takes them from; a slot still full afterwards is a
+    // rail whose thread did not start.
+    let slots: Vec<std::sync::Mutex<Option<_>>> = undos
+        .into_iter()
+        .map(|run| std::sync::Mutex::new(Some(run)))
+        .collect();
+    let take = |slot: &std::sync::Mutex<Option<_>>| slot.lock().expect("never poisoned").take();
+    let mut failed: Vec<FailedUndo> = std::thread::scope(|scope| {
+        let handles: Vec<_> = slots
+            .iter()
+            .filter_map(|slot| {
+                std::thread::Builder::new()
+                    .name("undo".into())
+                    .spawn_scoped(scope, || take(slot).map(one_rail).unwrap_or_default())
+                    .map_err(|e| tracing::warn!(error = %e, "no thread for a rail's undo; undoing it on the main thread"))
+                    .ok()
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| {
+                h.join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect()
+    });
+    for slot in &slots {
+        failed.extend(take(slot).map(one_rail).unwrap_or_default());
     }
     failed
 }
 
 /// Takes back one step of a failed ADD.
-fn undo_step(r: &Ready<'_>, step: &Step) -> Result<()> {
+fn undo_step(
+    r: &Ready<'_>,
+    rail: &RailReady,
+    pod: &RouteSocket,
+    step: &Step,
+    ours: &[u32],
+) -> Result<()> {
     failpoint!(step.undo_failpoint());
     match step {
         Step::DeviceInfo(written) => written.undo(),
-        Step::Rule { source, table } => r.pod.delete_rules_from(*source, *table),
-        Step::Sysctl { saved, child } => restore_pod_wide(r, saved, *child),
-        Step::Ipam => match &r.ipam {
+        Step::Rule { source, table } => pod.delete_rules_from(*source, *table),
+        Step::Sysctl { saved } => restore_pod_wide(r, pod, saved, ours),
+        Step::Ipam => match Ipam::find(&rail.env, r.conf)? {
             Some(ipam) => ipam.del(None),
             None => Ok(()),
         },
-        Step::Link { index } => r.pod.delete_link(*index),
+        Step::Link { index } => pod.delete_link(*index),
     }
 }

@@ -2,9 +2,10 @@
 
 use crate::attach::ipam::Ipam;
 use crate::attach::ipv6;
+use crate::attach::ipvlan;
 use crate::attach::rail;
 use crate::attach::routing;
-use crate::kernel::netlink::{InfoKind, IpVlanMode, RouteSocket};
+use crate::kernel::netlink::{InfoKind, IpVlanMode, Link, RouteSocket};
 use crate::kernel::netns::Netns;
 use crate::kernel::rdma::{GidType, Sysfs};
 use crate::kernel::sysctl;
@@ -26,6 +27,59 @@ pub fn check(env: &Env, conf: &NetConf) -> Result<()> {
             .expect("Env::parse requires CNI_NETNS for CHECK"),
     )?;
     netns.refuse_own()?;
+    let host = RouteSocket::current()?;
+    let pod = RouteSocket::open_in(&netns)?;
+    let Some(rails) = &conf.rail.rails else {
+        let (_, master) = rail::find(&conf.rail, &host, Error::CheckFailed)?;
+        return check_child(env, conf, &netns, &pod, &prev, &conf.sysctls, &[master]);
+    };
+    // Every child of a multi-rail attachment, as ADD reported them; each on one of the rails.
+    let on_node: Vec<Link> = rail::find_all(rails, &host, Error::CheckFailed)?
+        .into_iter()
+        .map(|(_, link)| link)
+        .collect();
+    let children: Vec<&str> = prev
+        .interfaces
+        .iter()
+        .filter(|i| !i.sandbox.is_empty())
+        .map(|i| i.name.as_str())
+        .collect();
+    if children.is_empty() {
+        return Err(Error::CheckFailed(format!(
+            "{} in {}: expected prevResult to list the attachment's children with their \
+             sandbox, found interfaces {:?}",
+            env.ifname,
+            netns.path().display(),
+            prev.interfaces.iter().map(|i| &i.name).collect::<Vec<_>>()
+        )));
+    }
+    for name in children {
+        let child = ipvlan::child_env(env, name);
+        let sysctls = conf.sysctls_for(name)?;
+        check_child(
+            &child,
+            conf,
+            &netns,
+            &pod,
+            &prev.for_interface(name),
+            &sysctls,
+            &on_node,
+        )?;
+    }
+    Ok(())
+}
+
+/// CHECK of one child: `env`'s CNI_IFNAME is its name, `prev` the part of prevResult that
+/// concerns it, `sysctls` what ADD wrote for it, `rails` the rails it may be a child of.
+fn check_child(
+    env: &Env,
+    conf: &NetConf,
+    netns: &Netns,
+    pod: &RouteSocket,
+    prev: &CniResult,
+    sysctls: &[sysctl::Sysctl],
+    rails: &[Link],
+) -> Result<()> {
     let differs = |what: String| {
         Err(Error::CheckFailed(format!(
             "{} in {}: {what}",
@@ -34,9 +88,6 @@ pub fn check(env: &Env, conf: &NetConf) -> Result<()> {
         )))
     };
 
-    let host = RouteSocket::current()?;
-    let (_, master) = rail::find(&conf.rail, &host, Error::CheckFailed)?;
-    let pod = RouteSocket::open_in(&netns)?;
     let Some(child) = pod.link_by_name(&env.ifname)? else {
         return differs("expected an IPvlan child, found no such interface".into());
     };
@@ -46,10 +97,15 @@ pub fn check(env: &Env, conf: &NetConf) -> Result<()> {
             child.kind, child.ipvlan_mode
         ));
     }
-    if child.parent != Some(master.index) {
+    if !rails.iter().any(|m| child.parent == Some(m.index)) {
         return differs(format!(
-            "expected a child of rail {} (#{}), found parent #{:?}",
-            master.name, master.index, child.parent
+            "expected a child of rail {}, found parent #{:?}",
+            rails
+                .iter()
+                .map(|m| format!("{} (#{})", m.name, m.index))
+                .collect::<Vec<_>>()
+                .join(" or "),
+            child.parent
         ));
     }
 
@@ -94,8 +150,7 @@ pub fn check(env: &Env, conf: &NetConf) -> Result<()> {
     }
 
     // On a SLAAC rail the router's advertisements may rewrite some of them (ipv6.rs).
-    let wanted: Vec<_> = conf
-        .sysctls
+    let wanted: Vec<_> = sysctls
         .iter()
         .filter(|s| ipv6::checks_sysctl(conf, s))
         .collect();
@@ -150,7 +205,7 @@ pub fn check(env: &Env, conf: &NetConf) -> Result<()> {
             "expected ifalias \"rdma_dev=... port=... gid_index=... gid=...\", found {alias:?}"
         ));
     };
-    if let Some(what) = ipv6::check(conf, &pod, child.index, roce.gid)? {
+    if let Some(what) = ipv6::check(conf, pod, child.index, roce.gid)? {
         return differs(what);
     }
     let port = crate::kernel::rdma::RdmaPort {
@@ -184,7 +239,7 @@ pub fn check(env: &Env, conf: &NetConf) -> Result<()> {
     }
 
     if let Some(ipam) = Ipam::find(env, conf)? {
-        ipam.check(&prev)?;
+        ipam.check(prev)?;
     }
     Ok(())
 }

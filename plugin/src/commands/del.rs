@@ -5,6 +5,7 @@
 use crate::attach::ipam::Ipam;
 use crate::attach::ipvlan;
 use crate::kernel::lock;
+use crate::kernel::netlink::RouteSocket;
 use crate::kernel::netns::Netns;
 use crate::protocol::cni::{CniResult, Env};
 use crate::protocol::config::NetConf;
@@ -41,6 +42,18 @@ pub fn del(env: &Env, conf: &NetConf) -> Result<()> {
             None
         }
     };
+    let prev = conf
+        .prev_result
+        .as_ref()
+        .and_then(|v| CniResult::parse(v).ok());
+    // A multi-rail attachment's children, as ADD reported them.
+    let listed: Vec<String> = prev
+        .iter()
+        .flat_map(|p| &p.interfaces)
+        .filter(|i| !i.sandbox.is_empty())
+        .map(|i| i.name.clone())
+        .collect();
+    let mut found = Vec::new();
     if let Some(path) = netns {
         match Netns::open_if_exists(path) {
             // Never the host's: its links and rules are not the pod's to remove. IPAM DEL
@@ -49,6 +62,14 @@ pub fn del(env: &Env, conf: &NetConf) -> Result<()> {
                 netns = %path.display(),
                 "CNI_NETNS is the plugin's own (host) namespace; not touching its links or rules"
             ),
+            Ok(Some(netns)) if conf.multi_rail() => {
+                match ipvlan::remove_children(env, &netns, &listed) {
+                    Ok(names) => found = names,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not remove every child; continuing with IPAM")
+                    }
+                }
+            }
             Ok(Some(netns)) => {
                 if let Err(e) = ipvlan::remove(env, &netns) {
                     tracing::warn!(error = %e, "could not remove the child; continuing with IPAM");
@@ -59,12 +80,85 @@ pub fn del(env: &Env, conf: &NetConf) -> Result<()> {
         }
     }
     tracing::debug!("pod side removed");
-    let prev = conf
-        .prev_result
-        .as_ref()
-        .and_then(|v| CniResult::parse(v).ok());
+    if conf.multi_rail() {
+        return release_children(env, conf, prev.as_ref(), &listed, &found);
+    }
     match Ipam::find(env, conf)? {
         Some(ipam) => ipam.del(prev.as_ref()),
         None => Ok(()),
     }
+}
+
+/// IPAM DEL for every child of a multi-rail attachment, each with its own CNI_IFNAME (as ADD
+/// allocated) and its part of prevResult, all at once. Which children: those of prevResult,
+/// those found in the pod, and as many as the node has rails matching `rails` now (the pod may
+/// be gone and prevResult missing); a DEL for a child that has no allocation is harmless
+/// (the spec requires it). Every release is tried; the first failure is the answer.
+fn release_children(
+    env: &Env,
+    conf: &NetConf,
+    prev: Option<&CniResult>,
+    listed: &[String],
+    found: &[String],
+) -> Result<()> {
+    if conf.ipam.is_none() {
+        return Ok(());
+    }
+    let on_node = match &conf.rail.rails {
+        Some(rails) => RouteSocket::current()
+            .and_then(|host| host.links())
+            .map(|links| links.iter().filter(|l| rails.matches(&l.name)).count())
+            .unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "cannot count the rails of the node");
+                0
+            }),
+        None => 0,
+    };
+    let derived = found
+        .iter()
+        .chain(listed)
+        .filter_map(|name| ipvlan::child_index(&env.ifname, name))
+        .map(|i| i + 1)
+        .max()
+        .unwrap_or(0)
+        .max(on_node);
+    let mut names: Vec<String> = (0..derived)
+        .map(|i| ipvlan::child_name(&env.ifname, i))
+        .collect();
+    for name in listed {
+        if !names.contains(name) {
+            names.push(name.clone());
+        }
+    }
+    let envs: Vec<Env> = names.iter().map(|n| ipvlan::child_env(env, n)).collect();
+    let release = |child: &Env| -> Result<()> {
+        let own = prev.map(|p| p.for_interface(&child.ifname));
+        match Ipam::find(child, conf)? {
+            Some(ipam) => ipam.del(own.as_ref()),
+            None => Ok(()),
+        }
+    };
+    let outcomes: Vec<Result<()>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = envs
+            .iter()
+            .map(|child| {
+                std::thread::Builder::new()
+                    .name("ipam-del".into())
+                    .spawn_scoped(scope, || release(child))
+                    // No thread (pids.max): released on this one, after the others.
+                    .map_err(|_| child)
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| match h {
+                Ok(h) => h
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+                Err(child) => release(child),
+            })
+            .collect()
+    });
+    tracing::debug!(children = names.len(), "IPAM released");
+    outcomes.into_iter().find(Result::is_err).unwrap_or(Ok(()))
 }

@@ -18,9 +18,11 @@
 //! CNI 1.1; an older IPAM plugin is skipped with a log line.
 
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::attach::ipam::{Delegated, Ipam};
+use crate::attach::ipvlan;
+use crate::kernel::netlink::RouteSocket;
 use crate::protocol::cni::{self, Env};
 use crate::protocol::config::NetConf;
 use crate::protocol::error::{Error, Result};
@@ -44,12 +46,54 @@ pub fn gc(env: &Env, conf: &NetConf) -> Result<()> {
         "GC: roce-ipvlan keeps no per-attachment state outside the pods' namespaces; \
          forwarding to IPAM"
     );
+    let expanded;
+    let conf = if conf.multi_rail() {
+        expanded = with_children(conf, &valid);
+        &expanded
+    } else {
+        conf
+    };
     if let Some(ipam) = Ipam::find(env, conf)? {
         if ipam.gc()? == Delegated::Forwarded {
             tracing::info!("IPAM GC done");
         }
     }
     Ok(())
+}
+
+/// How many children of each valid multi-rail attachment GC keeps at least: the IPAM
+/// allocations of a live pod's children must survive a GC even when the node lost rails since
+/// its ADD (the child names are numbered in rail order, ipvlan.rs).
+const CHILDREN_KEPT: usize = 64;
+
+/// The configuration IPAM GC gets for a multi-rail network: the runtime lists each attachment
+/// by its CNI_IFNAME, but its IPAM allocations are the children's (one per rail, each under the
+/// child's name), which would all look stale to the IPAM plugin. So every valid attachment
+/// stands for its children too: as many as the node has rails matching `rails`, and at least
+/// [`CHILDREN_KEPT`].
+fn with_children(conf: &NetConf, valid: &[Attachment]) -> NetConf {
+    let on_node = match &conf.rail.rails {
+        Some(rails) => RouteSocket::current()
+            .and_then(|host| host.links())
+            .map(|links| links.iter().filter(|l| rails.matches(&l.name)).count())
+            .unwrap_or(0),
+        None => 0,
+    };
+    let list: Vec<Value> = valid
+        .iter()
+        .flat_map(|a| {
+            std::iter::once(a.ifname.clone())
+                .chain((0..on_node.max(CHILDREN_KEPT)).map(|i| ipvlan::child_name(&a.ifname, i)))
+                .map(|ifname| json!({"containerID": a.container_id, "ifname": ifname}))
+        })
+        .collect();
+    let mut conf = conf.clone();
+    for key in [VALID_ATTACHMENTS, "cni.dev/attachments"] {
+        if conf.raw.get(key).is_some() {
+            conf.raw[key] = Value::Array(list.clone());
+        }
+    }
+    conf
 }
 
 /// The attachments the runtime still uses. A missing list is refused rather than read as

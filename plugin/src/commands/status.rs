@@ -20,7 +20,7 @@
 
 use crate::attach::ipam::{Delegated, Ipam};
 use crate::attach::rail;
-use crate::kernel::netlink::RouteSocket;
+use crate::kernel::netlink::{Link, RouteSocket};
 use crate::kernel::rdma::{self, Sysfs};
 use crate::protocol::cni::{self, Env};
 use crate::protocol::config::NetConf;
@@ -49,16 +49,28 @@ pub fn status(env: &Env, conf: &NetConf) -> Result<()> {
     Ok(())
 }
 
+/// Every rail of the configuration (each of `rails`, in order; the first that is not ready is
+/// the answer).
 fn rail_ready(conf: &NetConf) -> Result<()> {
     let host = RouteSocket::current()?;
-    let (rail, master) =
-        rail::find(&conf.rail, &host, Error::Unavailable).map_err(|e| match e {
-            // A configuration refused here would be refused by ADD as well: not available.
-            e @ (Error::InvalidConfig(_) | Error::Rail(_) | Error::NoRdmaPort(_)) => {
-                Error::Unavailable(e.to_string())
-            }
-            other => other,
-        })?;
+    let found = match &conf.rail.rails {
+        Some(rails) => rail::find_all(rails, &host, Error::Unavailable),
+        None => rail::find(&conf.rail, &host, Error::Unavailable).map(|one| vec![one]),
+    };
+    let found = found.map_err(|e| match e {
+        // A configuration refused here would be refused by ADD as well: not available.
+        e @ (Error::InvalidConfig(_) | Error::Rail(_) | Error::NoRdmaPort(_)) => {
+            Error::Unavailable(e.to_string())
+        }
+        other => other,
+    })?;
+    for (rail, master) in &found {
+        one_rail_ready(conf, rail, master)?;
+    }
+    Ok(())
+}
+
+fn one_rail_ready(conf: &NetConf, rail: &rail::Rail, master: &Link) -> Result<()> {
     if !master.admin_up {
         return Err(Error::UnavailableLimited(format!(
             "rail {} is down: pods already on it have no connectivity through it and new ones \
@@ -66,7 +78,7 @@ fn rail_ready(conf: &NetConf) -> Result<()> {
             master.name, master.name
         )));
     }
-    let port = rail::rdma_port(&rail, conf.rdma.port, &master)
+    let port = rail::rdma_port(rail, conf.rdma.port, master)
         .map_err(|e| Error::Unavailable(e.to_string()))?;
     let state = Sysfs::system().port_state(&port).map_err(|e| {
         Error::Unavailable(format!(

@@ -313,6 +313,27 @@ impl CniResult {
         serde_json::from_value(value.clone()).map_err(|e| e.to_string())
     }
 
+    /// The part of a multi-rail result that concerns interface `name`: that interface alone,
+    /// its addresses (pointing at it), the routes and DNS; what the child's IPAM call sees as
+    /// prevResult.
+    pub fn for_interface(&self, name: &str) -> CniResult {
+        let at = self.interfaces.iter().position(|i| i.name == name);
+        CniResult {
+            interfaces: at.map(|i| self.interfaces[i].clone()).into_iter().collect(),
+            ips: self
+                .ips
+                .iter()
+                .filter(|ip| at.is_some() && ip.interface == at)
+                .map(|ip| IpConfig {
+                    interface: Some(0),
+                    ..ip.clone()
+                })
+                .collect(),
+            routes: self.routes.clone(),
+            dns: self.dns.clone(),
+        }
+    }
+
     /// The result document in `version`, with the `roce` extension when given.
     pub fn to_json(&self, version: &str, roce: Option<&Roce>) -> Value {
         let ips: Vec<Value> = self
@@ -369,6 +390,26 @@ impl CniResult {
             );
         }
         Value::Object(doc)
+    }
+}
+
+impl CniResult {
+    /// The result of a multi-rail attachment: as [`CniResult::to_json`], with `roce` a list of
+    /// each child's `roce` data in interface order, each with the `interface` index it
+    /// concerns.
+    pub fn to_json_rails(&self, version: &str, roces: &[Roce]) -> Value {
+        let mut doc = self.to_json(version, None);
+        let list: Vec<Value> = roces
+            .iter()
+            .enumerate()
+            .map(|(i, roce)| {
+                let mut v = serde_json::to_value(roce).expect("Roce always serializes");
+                v["interface"] = i.into();
+                v
+            })
+            .collect();
+        doc["roce"] = list.into();
+        doc
     }
 }
 
@@ -654,5 +695,39 @@ mod tests {
             assert_eq!(v["cniVersion"], "1.1.0", "{unknown:?}");
             assert_eq!(v["supportedVersions"], json!(["0.4.0", "1.0.0", "1.1.0"]));
         }
+    }
+
+    #[test]
+    fn a_multi_rail_result_lists_every_child_and_its_roce_data() {
+        let roce = |dev: &str, index: u32| Roce {
+            rdma_device: dev.into(),
+            port: 1,
+            gid_index: index,
+            gid: "::ffff:10.0.0.1".parse().unwrap(),
+            gid_type: "RoCE v2".into(),
+        };
+        let result = CniResult::parse(&json!({
+            "interfaces": [{"name": "net1r0", "sandbox": "/run/netns/p"},
+                           {"name": "net1r1", "sandbox": "/run/netns/p"}],
+            "ips": [{"address": "10.0.0.1/24", "interface": 0},
+                    {"address": "10.0.1.1/24", "interface": 1}],
+            "routes": [{"dst": "10.1.0.0/16"}]
+        }))
+        .unwrap();
+        let doc = result.to_json_rails("1.1.0", &[roce("rxe0", 3), roce("rxe1", 4)]);
+        assert_eq!(doc["roce"][1]["rdmaDevice"], "rxe1");
+        assert_eq!(doc["roce"][1]["interface"], 1);
+        assert_eq!(doc["roce"][0]["gidIndex"], 3);
+        assert_eq!(doc["interfaces"].as_array().unwrap().len(), 2);
+        // What one child's IPAM call sees as prevResult: its interface and addresses only.
+        let own = result.for_interface("net1r1");
+        assert_eq!(own.interfaces.len(), 1);
+        assert_eq!(own.interfaces[0].name, "net1r1");
+        assert_eq!(own.ips.len(), 1);
+        assert_eq!(own.ips[0].address.to_string(), "10.0.1.1/24");
+        assert_eq!(own.ips[0].interface, Some(0));
+        assert_eq!(own.routes, result.routes);
+        let none = result.for_interface("net1r7");
+        assert!(none.interfaces.is_empty() && none.ips.is_empty());
     }
 }

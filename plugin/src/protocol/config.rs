@@ -35,6 +35,8 @@ struct RawConf {
     args: Option<Value>,
     /// The rails cni-args may choose (see rail.rs).
     allowed_rails: Option<Value>,
+    /// Every rail of a multi-rail attachment (see rail.rs).
+    rails: Option<Value>,
     mode: Option<String>,
     mtu: Option<u32>,
     ipam: Option<Value>,
@@ -86,7 +88,11 @@ pub struct NetConf {
     pub mtu: Option<u32>,
     /// The IPAM section, handed unchanged to the IPAM plugin.
     pub ipam: Option<Ipam>,
+    /// The sysctls for the child named CNI_IFNAME (empty for STATUS and GC).
     pub sysctls: Vec<Sysctl>,
+    /// What `sysctls` was resolved from (defaults, then the user's map), to resolve it again
+    /// for each child of a multi-rail attachment ([`NetConf::sysctls_for`]).
+    sysctl_spec: (SysctlPairs, SysctlPairs),
     pub source_routing: bool,
     pub rdma: RdmaConf,
     /// IPv6 SLAAC on routed rails; `None` when off.
@@ -99,6 +105,9 @@ pub struct NetConf {
     pub device_info_file: Option<PathBuf>,
     pub timeouts: Timeouts,
 }
+
+/// Sysctl keys and values as written, before they are resolved for a child's name.
+type SysctlPairs = Vec<(String, String)>;
 
 /// Limits of one invocation's waiting (budget.rs; docs/configuration.md, "Time limits").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -293,7 +302,7 @@ impl NetConf {
         let sysctls = if ifname.is_empty() {
             Vec::new()
         } else {
-            sysctl::resolve(defaults, &conf.sysctl, ifname)?
+            sysctl::resolve(defaults.clone(), &conf.sysctl, ifname)?
         };
         let rdma = match conf.rdma {
             None => RdmaConf {
@@ -345,7 +354,8 @@ impl NetConf {
                 .map(String::from),
             conf.args.as_ref(),
             rail::AllowedRails::parse(conf.allowed_rails.as_ref())?,
-        )?;
+        )?
+        .with_rails(rail::Rails::parse(conf.rails.as_ref())?)?;
         Ok(NetConf {
             cni_version: conf.cni_version,
             name: conf.name,
@@ -353,6 +363,7 @@ impl NetConf {
             mtu: conf.mtu,
             ipam,
             sysctls,
+            sysctl_spec: (defaults, conf.sysctl),
             source_routing: conf.source_routing.unwrap_or(true),
             rdma,
             slaac,
@@ -367,6 +378,20 @@ impl NetConf {
             )?,
             timeouts,
         })
+    }
+}
+
+impl NetConf {
+    /// The sysctls for a child named `ifname` (IFNAME in a key is that name): `sysctls` again,
+    /// for each child of a multi-rail attachment.
+    pub fn sysctls_for(&self, ifname: &str) -> Result<Vec<Sysctl>> {
+        let (defaults, user) = &self.sysctl_spec;
+        sysctl::resolve(defaults.clone(), user, ifname)
+    }
+
+    /// Whether the attachment has a child per rail of `rails`.
+    pub fn multi_rail(&self) -> bool {
+        self.rail.rails.is_some()
     }
 }
 
@@ -391,7 +416,8 @@ impl NetConf {
     /// otherwise ignored (and logged): `cniVersion`, `name`, `ipam` (with `ipam.type` still a
     /// plain name: a path is never executed), `prevResult`, `runtimeConfig.CNIDeviceInfoFile`
     /// (still confined to Multus's directory: DEL removes that file as root), `logFile`,
-    /// `logLevel`. The rail is not needed (DEL finds the child by CNI_IFNAME in the pod) and
+    /// `logLevel`, `rails` (a multi-rail attachment has a child and an IPAM allocation per rail).
+    /// The rail is not needed otherwise (DEL finds the child by CNI_IFNAME in the pod) and
     /// is left empty, as are sysctls and the other ADD-only settings. Only stdin that is not a
     /// JSON object is an error (6).
     pub fn parse_teardown(stdin: &[u8]) -> Result<Teardown> {
@@ -491,14 +517,29 @@ impl NetConf {
                 }
             },
         };
+        // A multi-rail attachment has a child and an IPAM allocation per rail (del.rs): even a
+        // `rails` this release cannot read marks the attachment as one.
+        let rails = match rail::Rails::parse(obj.get("rails")) {
+            Ok(rails) => rails,
+            Err(e) => {
+                ignored.push(format!(
+                    "{e}; tearing down the children found in the pod and in prevResult"
+                ));
+                Some(rail::Rails::default())
+            }
+        };
         let conf = NetConf {
             cni_version,
             name,
             timeouts,
-            rail: rail::Inputs::default(),
+            rail: rail::Inputs {
+                rails,
+                ..rail::Inputs::default()
+            },
             mtu: None,
             ipam,
             sysctls: Vec::new(),
+            sysctl_spec: (Vec::new(), Vec::new()),
             source_routing: true,
             rdma: RdmaConf {
                 device: None,

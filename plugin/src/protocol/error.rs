@@ -48,6 +48,15 @@ pub enum Error {
         failed_undo: Vec<FailedUndo>,
     },
 
+    /// The failure of one rail of a multi-rail attachment, with the rail and child it concerns;
+    /// its code is the failure's.
+    #[error("rail {rail} (child {child}): {cause}")]
+    OnRail {
+        rail: String,
+        child: String,
+        cause: Box<Error>,
+    },
+
     /// 103: the delegated IPAM plugin failed or answered something unusable. `code` is the CNI
     /// code of the IPAM plugin's own error document, when it printed one (STATUS tells 50 from
     /// 51 by it; a 1 makes ADD retry in a version the plugin supports).
@@ -114,7 +123,7 @@ impl Error {
             Error::Rail(_) => 100,
             Error::NoRdmaPort(_) => 101,
             Error::Netlink { .. } => 102,
-            Error::Unwound { cause, .. } => cause.code(),
+            Error::Unwound { cause, .. } | Error::OnRail { cause, .. } => cause.code(),
             Error::Ipam { .. } => 103,
             Error::GidTimeout(_) => 104,
             Error::Netns(_) => 105,
@@ -171,6 +180,7 @@ impl Error {
                 format!("{:?} (errno {errno})", nix::errno::Errno::from_raw(*errno))
             }
             Error::Io { source, .. } => source.to_string(),
+            Error::OnRail { cause, .. } => cause.details(),
             Error::Unwound { cause, failed_undo } => {
                 let mut parts: Vec<String> = Some(cause.details())
                     .filter(|d| !d.is_empty())

@@ -54,6 +54,7 @@ const KNOWN_KEYS: &[&str] = &[
     "logFile",
     "logLevel",
     "allowedRails",
+    "rails",
     "runtimeConfig",
     "capabilities",
     "args",
@@ -670,6 +671,25 @@ fn check_cni(conf: &Value, raw: Option<&str>, resource: &str) -> (Outcome, Vec<S
                 ));
             }
         }
+        if let Some(rails) = &parsed.rail.rails {
+            if !resource.is_empty() {
+                // Multus injects a deviceID per reference, which "rails" excludes (rail.rs).
+                let msg = format!(
+                    "roce-ipvlan configuration{which} refused: \"rails\" {} makes one child \
+                     per matching rail, but the NAD's {RESOURCE_NAME} {resource} makes Multus \
+                     inject a deviceID, another way of naming the rail, and every ADD would \
+                     fail (code 7); drop the annotation (request the RDMA resource in the pod \
+                     instead) or drop \"rails\"",
+                    rails.describe()
+                );
+                return (Outcome::Error(msg), warnings);
+            }
+            let _ = write!(
+                notes,
+                "; one child per rail matching \"rails\" {}",
+                rails.describe()
+            );
+        }
         if !parsed.rail.names_a_rail() {
             if !resource.is_empty() {
                 let _ = write!(notes, "; the rail comes from the deviceID of {resource}");
@@ -1281,6 +1301,42 @@ spec:
         assert!(matches!(&outcomes(list)[0], Outcome::Ok(_)));
         let other = r#"{"cniVersion": "1.0.0", "name": "x", "type": "ipvlan", "master": "eth0"}"#;
         assert!(matches!(&outcomes(other)[0], Outcome::Skipped(_)));
+    }
+
+    #[test]
+    fn rails_nads_are_checked() {
+        let rails = NAD.replace("\"master\": \"rdma3\",", "\"rails\": [\"rdma*\"],");
+        assert!(
+            matches!(&outcomes(&rails)[0], Outcome::Ok(m) if m.contains("one child per rail matching \"rails\" [\"rdma*\"]")),
+            "{:?}",
+            outcomes(&rails)
+        );
+        // With another way of naming a rail: refused, as ADD would.
+        let both = NAD.replace(
+            "\"master\": \"rdma3\",",
+            "\"master\": \"rdma3\", \"rails\": [\"rdma*\"],",
+        );
+        assert!(
+            matches!(&outcomes(&both)[0], Outcome::Error(m) if m.contains("both name rails")),
+            "{:?}",
+            outcomes(&both)
+        );
+        let bad = NAD.replace("\"master\": \"rdma3\",", "\"rails\": [],");
+        assert!(
+            matches!(&outcomes(&bad)[0], Outcome::Error(m) if m.contains("\"rails\" is empty")),
+            "{:?}",
+            outcomes(&bad)
+        );
+        // A resourceName makes Multus inject a deviceID, which "rails" excludes.
+        let annotated = rails.replace(
+            "  name: rail3\n",
+            "  name: rail3\n  annotations:\n    k8s.v1.cni.cncf.io/resourceName: rdma/a\n",
+        );
+        assert!(
+            matches!(&outcomes(&annotated)[0], Outcome::Error(m) if m.contains("inject a deviceID")),
+            "{:?}",
+            outcomes(&annotated)
+        );
     }
 
     #[test]
