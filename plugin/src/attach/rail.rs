@@ -571,6 +571,8 @@ fn check_own_name(inputs: &Inputs, requested: &str, own: &str) -> Result<()> {
         )?;
     }
     Ok(())
+}
+
 /// The rails of `rails` on this node: every netdev of the host namespace that matches, in
 /// name order with numbers compared as numbers (rdma2 before rdma10), so that the N-th child
 /// is on the N-th rail whatever the node calls them. No match is reported through `missing`
