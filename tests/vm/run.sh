@@ -16,6 +16,8 @@
 #   VM_RDMA          upstream (default): the kernel's own RDMA core; ofed: the same kernel with
 #                    the RDMA core patched to hide other namespaces' GIDs as DOCA-OFED's does,
 #                    built and cached by ofed/build.sh (docs/testing.md, "The OFED view")
+#   VM_KEEP_PATHS    host folders under /tmp, /var/tmp or /run that the command needs (the VM
+#                    mounts fresh tmpfs there and binds back only the paths it is told about)
 #   CONC_PODS, CONC_ROUNDS  the size of 80-concurrency.sh (32 pods, 2 rounds), passed into the VM
 set -euo pipefail
 
@@ -108,7 +110,9 @@ done
 # The VM mounts fresh tmpfs on /tmp, /var/tmp and /run (host contents there would only confuse
 # the tests). Host paths the run needs that live below them (a clone in /tmp, say) are listed
 # here, and /init bind-mounts them back from the host root.
-for p in "$repo" "$kdir" "$mroot" "$(dirname "$plugin")" "$(dirname "$cnidriver")"; do
+# VM_KEEP_PATHS adds more (space-separated; tests/k8s/run.sh passes its script's folder).
+# shellcheck disable=SC2086 # a list of paths
+for p in "$repo" "$kdir" "$mroot" "$(dirname "$plugin")" "$(dirname "$cnidriver")" ${VM_KEEP_PATHS:-}; do
 	case $p in /tmp/* | /var/tmp/* | /run/*) echo "$p" ;; esac
 done >"$share/keep-paths"
 

@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# Builds what the Kubernetes test node runs (tests/k8s/run.sh), caches it and prints the cache
+# directory. Everything comes from the project's own go.mod files under tests/k8s/go (modules by
+# name from the Go module proxy, go.sum committed), Debian's packages and this repository:
+#
+#   bin/     kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl (k8s.io/
+#            kubernetes), etcd (go.etcd.io/etcd/server/v3), containerd, ctr and the runc shim
+#            (containerd/v2), runc (opencontainers/runc, with libseccomp), multus,
+#            thin_entrypoint, install_multus (multus-cni.v4)
+#   registry/  container images as OCI image layouts, one folder per repository, which
+#            tests/k8s/registry.py serves to the node's containerd as registry "localhost": the
+#            pause image, Multus thin, the roce-ipvlan installer image (make image), a changed
+#            installer image for the rollout test, and the test-pod image
+#
+# Each part is rebuilt only when its inputs change (a stamp of go.mod, go.sum, the Go version
+# and the flags; of the Containerfile and its files for images). Go's own module and build
+# caches make a rebuild after a small change fast; the first build of Kubernetes on 2 cores
+# takes long (docs/testing.md gives the times).
+#
+#   tests/k8s/build.sh            build what is missing or stale, print the cache directory
+# Environment: ROCE_VM_CACHE (the harness's cache, default ~/.cache/roce-ipvlan), GO (a Go 1.26
+# or newer; default: /usr/local/go/bin/go when it is one, else `go` on PATH), IMAGE_BUILDER
+# (podman), ROCE_IPVLAN_IMAGE (the installer image the node runs, default
+# localhost/roce-ipvlan:<version>; built with `make image IMAGE=...`).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+cache=${ROCE_VM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/roce-ipvlan}/k8s
+bin=$cache/bin
+images=$cache/registry
+mkdir -p "$bin" "$images"
+log() { echo "k8s/build: $*" >&2; }
+
+# --- Go: the harness needs 1.26 (the go lines of our modules); Debian's golang-go is older. ---
+pick_go() {
+	local g v
+	for g in ${GO:-} /usr/local/go/bin/go go; do
+		command -v "$g" >/dev/null 2>&1 || continue
+		v=$("$g" env GOVERSION 2>/dev/null) || continue
+		v=${v#go}
+		if [[ $(printf '%s\n' 1.26 "${v%%[a-z]*}" | sort -V | head -1) == 1.26 ]]; then
+			echo "$g"
+			return 0
+		fi
+	done
+	echo "k8s/build: no Go 1.26 or newer found (tried GO=${GO:-unset}, /usr/local/go/bin/go, go on PATH);" \
+		"install it or point GO at it" >&2
+	return 1
+}
+go=$(pick_go)
+export GOFLAGS=-mod=readonly GOTOOLCHAIN=local CGO_ENABLED=0
+
+# build_go MODULE_DIR STAMP_EXTRA PACKAGE... : go build into bin/ when the stamp changed.
+build_go() {
+	local name=$1 dir=$here/go/$1 extra=$2
+	shift 2
+	local stamp want p missing=0
+	want=$(cat "$dir/go.mod" "$dir/go.sum" "$dir"/*.go 2>/dev/null | sha256sum | cut -c1-16)-$("$go" env GOVERSION)-$(echo "$extra ${TAGS:-} $CGO_ENABLED" | sha256sum | cut -c1-8)
+	stamp=$bin/.stamp-$name
+	for p in "$@"; do [[ -x $bin/${p##*/} ]] || missing=1; done
+	if ((!missing)) && [[ -f $stamp && $(cat "$stamp") == "$want" ]]; then return 0; fi
+	log "building $name ($*) with $("$go" env GOVERSION)"
+	local start=$SECONDS
+	(cd "$dir" && "$go" build -trimpath -tags "${TAGS:-}" -ldflags "$extra" -o "$bin/" "$@")
+	log "built $name in $((SECONDS - start))s"
+	echo "$want" >"$stamp"
+}
+
+# modver MODULE_DIR MODULE: the version our go.mod requires.
+modver() { awk -v m="$2" '$1 == m && $2 ~ /^v/ {print substr($2, 2); exit}' "$here/go/$1/go.mod"; }
+kver=$(modver kube k8s.io/kubernetes)
+kld="-s -w"
+for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+	kld+=" -X $p.gitVersion=v$kver -X $p.gitMajor=${kver%%.*} -X $p.gitMinor=$(echo "$kver" | cut -d. -f2) -X $p.gitTreeState=clean"
+done
+build_go kube "$kld" k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+	k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kubectl
+build_go etcd "-s -w" roce-ipvlan.test/k8s/etcd
+cver=$(modver containerd github.com/containerd/containerd/v2)
+build_go containerd "-s -w -X github.com/containerd/containerd/v2/version.Version=v$cver" \
+	github.com/containerd/containerd/v2/cmd/containerd github.com/containerd/containerd/v2/cmd/ctr \
+	github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2
+# runc links libseccomp (cgo), as its releases do: the node's RuntimeDefault seccomp profiles.
+CGO_ENABLED=1 TAGS=seccomp build_go runc "-s -w -X main.version=$(modver runc github.com/opencontainers/runc)" \
+	github.com/opencontainers/runc
+build_go multus "-s -w" gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/multus \
+	gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/thin_entrypoint \
+	gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/install_multus
+mkdir -p "$cache/manifests"
+cp "$(cd "$here/go/multus" && "$go" list -m -f '{{.Dir}}' gopkg.in/k8snetworkplumbingwg/multus-cni.v4)/deployments/multus-daemonset.yml" \
+	"$cache/manifests/multus-daemonset.yml"
+
+# --- images ---
+builder=${IMAGE_BUILDER:-podman}
+# save_image localhost/REPO:TAG: into the registry folder's OCI layout of REPO, under TAG.
+save_image() {
+	local ref=${1#localhost/}
+	"$builder" push -q "$1" "oci:$images/${ref%:*}:${ref##*:}"
+}
+
+# build_image NAME CONTAINERFILE CONTEXT: when the context or the Containerfile changed.
+build_image() {
+	local name=$1 file=$2 ctx=$3 want stamp
+	stamp=$images/.stamp-$(tr '/:' '__' <<<"$name")
+	want=$( (cat "$file" && cd "$ctx" && find . -type f -print0 | sort -z | xargs -0 sha256sum) | sha256sum | cut -c1-16)
+	if [[ -f $stamp && $(cat "$stamp") == "$want" ]]; then return 0; fi
+	log "image $name"
+	"$builder" build -q -f "$file" -t "$name" "$ctx" >/dev/null
+	save_image "$name"
+	echo "$want" >"$stamp"
+}
+
+ctx=$cache/ctx
+rm -rf "$ctx" && mkdir -p "$ctx"/{pause,multus/tmp,testpod}
+cc -static -Os -s -o "$ctx/pause/pause" "$here/images/pause.c"
+build_image localhost/pause:roce-ipvlan "$here/images/Containerfile.pause" "$ctx/pause"
+
+cp "$bin"/{multus,thin_entrypoint,install_multus} "$ctx/multus/"
+build_image localhost/multus-cni:v4.2.3-thin "$here/images/Containerfile.multus" "$ctx/multus"
+
+# The installer image: the shipped static binary, built by `make image` (which rebuilds it when
+# the sources changed) under the name the node's kustomization gives it.
+version=$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' "$repo/Cargo.toml")
+installer=${ROCE_IPVLAN_IMAGE:-localhost/roce-ipvlan:$version}
+make -s -C "$repo" image IMAGE="$installer" >&2
+static=$(make -s -C "$repo" static-bin)
+want=$(sha256sum "$repo/$static" | cut -c1-16)
+stamp=$images/.stamp-installer
+if [[ ! -f $stamp || $(cat "$stamp") != "$want $installer" ]]; then
+	save_image "$installer"
+	echo "$want $installer" >"$stamp"
+fi
+
+# A changed installer image for the rollout test (suite/10-install.sh): the same binary with a
+# marker appended (an ELF file ignores trailing bytes), so the installed file must change.
+mkdir -p "$ctx/rollout"
+{ cat "$repo/$static" && printf '\n%s\n' 'roce-ipvlan rollout test'; } >"$ctx/rollout/roce-ipvlan"
+chmod 0755 "$ctx/rollout/roce-ipvlan"
+build_image "${installer%:*}:rollout" "$repo/deploy/Containerfile" "$ctx/rollout"
+
+# The test-pod root: debootstrap of Debian's packages, cached as a tar by its package list.
+pkgs=iproute2,ibverbs-utils,ibverbs-providers,perftest,iputils-ping,ucx-utils,rdmacm-utils,procps
+rootfs=$cache/testpod-rootfs.tar
+if [[ ! -f $rootfs || $(cat "$rootfs.stamp" 2>/dev/null) != "$pkgs" ]]; then
+	log "debootstrap of the test-pod root ($pkgs)"
+	d=$(mktemp -d "$cache/rootfs.XXXXXX")
+	debootstrap --variant=minbase --include="$pkgs" bookworm "$d" http://deb.debian.org/debian >&2
+	rm -rf "$d"/var/cache/apt/archives/*.deb "$d"/var/lib/apt/lists/* "$d"/usr/share/{doc,man,locale,info}/*
+	tar -C "$d" -cf "$rootfs.tmp" . && mv "$rootfs.tmp" "$rootfs"
+	rm -rf "$d"
+	echo "$pkgs" >"$rootfs.stamp"
+fi
+ln "$rootfs" "$ctx/testpod/rootfs.tar" 2>/dev/null || cp "$rootfs" "$ctx/testpod/rootfs.tar"
+cp "$repo/$static" "$ctx/testpod/roce-ipvlan"
+build_image localhost/roce-ipvlan-testpod:latest "$here/images/Containerfile.testpod" "$ctx/testpod"
+rm -rf "$ctx"
+echo "$cache"

@@ -1,0 +1,10 @@
+// Command etcd is etcd's server, as the etcd release binary runs it.
+package main
+
+import (
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() { etcdmain.Main(os.Args) }

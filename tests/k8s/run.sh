@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Boot the test VM as a one-node Kubernetes cluster and run one script on the node: the
+# Kubernetes counterpart of tests/vm/run.sh, with the same contract.
+#
+#   tests/k8s/run.sh SCRIPT [ARGS...]
+#
+# builds (or takes from the cache) what tests/k8s/build.sh lists, boots the VM with the
+# Soft-RoCE rails of tests/vm (rdma0..rdma3, ens1f0np0; the bare NIC ens2f0np0), starts etcd,
+# kube-apiserver, kube-controller-manager, kube-scheduler, containerd and kubelet in it,
+# installs Multus thin and roce-ipvlan's installer DaemonSet with kubectl, waits until the node
+# and both DaemonSets' pods are Ready, then runs SCRIPT inside the VM as root with kubectl on
+# PATH and KUBECONFIG exported (tests/k8s/node.sh), prints its output and exits with its code.
+# SCRIPT is a path on the host (the VM sees the host's root); it may `source "$K8S_LIB"`
+# (tests/k8s/lib.sh) for the helpers. Pods use images already on the node:
+# localhost/roce-ipvlan-testpod:latest (a shell, iproute2, ibv_devinfo, perftest, UCX and the
+# plugin for `roce-ipvlan env`) with `imagePullPolicy: IfNotPresent` or `Never`.
+#
+# Environment: everything tests/vm/run.sh reads (VM_KERNEL=backports, VM_RDMA=ofed, VM_RAILS,
+# VM_TIMEOUT, ...), and VM_MEM (default 6144 here: a control plane needs more than the 1 GiB of
+# the plain VM tests).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+(($# > 0)) || { echo "usage: $0 SCRIPT [ARGS...]" >&2; exit 2; }
+script=$1
+shift
+[[ $script == /* ]] || script=$PWD/$script
+[[ -r $script ]] || { echo "run.sh: no such script: $script" >&2; exit 2; }
+
+# The VM mounts fresh tmpfs on /tmp, /var/tmp and /run: a script or file argument there is
+# bound back from the host.
+keep=$(dirname "$script")
+for a in "$@"; do [[ -e $a ]] && keep+=" $(cd "$(dirname "$a")" && pwd)"; done
+export VM_KEEP_PATHS="${VM_KEEP_PATHS:-} $keep"
+
+cache=$("$here/build.sh")
+# The VM's plugin binary (tests/vm/run.sh links it into its own CNI dir) is the shipped one;
+# the node itself gets it from the installer image.
+ROCE_IPVLAN_BIN=$repo/$(make -s -C "$repo" static-bin)
+export ROCE_IPVLAN_BIN
+VM_MEM=${VM_MEM:-6144} VM_TIMEOUT=${VM_TIMEOUT:-2400} \
+	exec "$repo/tests/vm/run.sh" bash "$here/node.sh" "$cache" bash "$script" "$@"

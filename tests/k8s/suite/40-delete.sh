@@ -1,0 +1,47 @@
+# shellcheck shell=bash
+# Pod deletion (kubelet → containerd → Multus → DEL) leaves nothing on the node: children,
+# host-local allocations, device-info files; also after a force delete and after containerd
+# restarts in the middle of an attachment.
+
+baseline() { echo "$(host_local_count) $(devinfo_count) $(children_count)"; }
+
+test_delete_leaves_nothing() {
+	local before
+	before=$(baseline)
+	rail_nad del
+	testpod del1 "$(networks_on_rails del rdma0 rdma1)"
+	wait_pod_ready del1 300 || fail "pod del1 not Ready"
+	[[ $(host_local_count) -ge 2 ]] || fail "expected 2 host-local allocations while del1 runs, found $(host_local_count)"
+	kubectl delete pod del1 --wait=true --timeout=120s >/dev/null
+	assert_eq "$(baseline)" "$before" "host-local allocations, device-info files, ipvlan children after delete"
+}
+
+test_force_delete_leaves_nothing() {
+	local before
+	before=$(baseline)
+	rail_nad force
+	testpod force1 "$(networks_on_rails force rdma2 rdma3)"
+	wait_pod_ready force1 300 || fail "pod force1 not Ready"
+	kubectl delete pod force1 --grace-period=0 --force >/dev/null 2>&1
+	# The API object goes at once; kubelet tears the sandbox down after.
+	wait_for 120 "kubelet to tear force1 down" test "$(baseline)" == "$before" ||
+		fail "after a force delete: expected '$before' (allocations devinfo children), found '$(baseline)'"
+}
+
+test_containerd_restart_mid_attach() {
+	local before
+	before=$(baseline)
+	rail_nad restart
+	testpod restart1 "$(networks_on_rails restart rdma0 rdma1 rdma2)"
+	# Restart containerd while the sandbox is being set up.
+	wait_for 120 "the sandbox of restart1 to start" bash -c 'ls /run/netns/ | grep -q . && kubectl get pod restart1 -o jsonpath={.status.phase} | grep -q Pending'
+	kill "$(cat "$K8S_LOGS/containerd.pid")"
+	sleep 1
+	daemon containerd --config /run/k8s/containerd.toml
+	wait_for 120 "containerd to answer" ctr version
+	wait_pod_ready restart1 400 || { kubectl describe pod restart1 | tail -n 12; fail "restart1 not Ready after the containerd restart"; }
+	verify_pod_rail restart1 net3 rdma2 >/dev/null
+	kubectl delete pod restart1 --wait=true --timeout=120s >/dev/null
+	wait_for 120 "nothing left of restart1" test "$(baseline)" == "$before" ||
+		fail "after containerd restarted mid-attachment and the pod was deleted: expected '$before', found '$(baseline)'"
+}

@@ -1,0 +1,120 @@
+# shellcheck shell=bash
+# Helpers of the Kubernetes suite (sourced inside the node VM, after tests/k8s/lib.sh).
+# shellcheck source=tests/k8s/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+note() { echo "  - $*"; }
+assert_eq() { [[ $1 == "$2" ]] || fail "$3: expected '$2', found '$1'"; }
+assert_match() { [[ $1 =~ $2 ]] || fail "$3: '$1' does not match /$2/"; }
+
+TESTPOD_IMAGE=localhost/roce-ipvlan-testpod:latest
+# Rails of the VM (tests/vm/run.sh): rdma0..rdma3 and ens1f0np0 carry rxe0..rxe4.
+RAIL_NET=10.56
+
+# nad NAME CONFIG_JSON [NAMESPACE]: a NetworkAttachmentDefinition with the config as given.
+nad() {
+	kubectl apply -f - >/dev/null <<YAML
+apiVersion: k8s.cni.cncf.io/v1
+kind: NetworkAttachmentDefinition
+metadata: { name: $1, namespace: ${3:-default} }
+spec:
+  config: '$2'
+YAML
+}
+
+# rail_nad NAME [EXTRA_JSON]: one NAD for all rails (cni-args pick the rail), host-local per rail
+# in 10.56.<rail>.0/24 chosen by the pod's cni-args... host-local has one range per NAD, so each
+# test NAD gets its own subnet: RAIL_SUBNET (default 10.56.0.0/16).
+rail_nad() {
+	local extra=${2:-'{}'}
+	nad "$1" "$(jq -cn --arg name "$1" --arg subnet "${RAIL_SUBNET:-$RAIL_NET.0.0/16}" --argjson extra "$extra" \
+		'{cniVersion: "1.0.0", name: $name, type: "roce-ipvlan", allowedRails: ["rdma*", "ens1f0np0"],
+		  capabilities: {CNIDeviceInfoFile: true},
+		  ipam: {type: "host-local", ranges: [[{subnet: $subnet}]]}} + $extra')"
+}
+
+# networks_on_rails NAD RAIL...: the pod annotation attaching NAD once per rail (net1, net2, ...)
+networks_on_rails() {
+	local nad=$1 i=1 r out=()
+	shift
+	for r in "$@"; do
+		out+=("$(jq -cn --arg n "$nad" --arg i "net$i" --arg r "$r" '{name: $n, interface: $i, "cni-args": {master: $r}}')")
+		i=$((i + 1))
+	done
+	local IFS=,
+	echo "[${out[*]}]"
+}
+
+# testpod NAME NETWORKS_ANNOTATION [NAMESPACE]: a pod on the test-pod image, attached as asked.
+testpod() {
+	kubectl apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Pod
+metadata:
+  name: $1
+  namespace: ${3:-default}
+  annotations:
+    k8s.v1.cni.cncf.io/networks: '$2'
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+    - name: main
+      image: $TESTPOD_IMAGE
+      imagePullPolicy: IfNotPresent
+      command: ["sleep", "infinity"]
+      securityContext:
+        capabilities: { add: ["IPC_LOCK"] }
+YAML
+}
+
+gid_of_ipv4() { # the RoCE v2 GID of an IPv4 address, as sysfs prints it
+	local o1 o2 o3 o4
+	IFS=. read -r o1 o2 o3 o4 <<<"$1"
+	printf '0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x\n' "$o1" "$o2" "$o3" "$o4"
+}
+
+rail_rdma_dev() { # the rxe device on a rail (the node's view)
+	rdma link show | awk -v nd="$1" '$0 ~ (" netdev " nd "( |$)") {split($2, a, "/"); print a[1]; f=1} END {exit !f}'
+}
+
+# verify_pod_rail POD IFNAME RAIL: the child IFNAME in POD sits on RAIL, has the address
+# network-status reports, and its ifalias's GID index holds that address's RoCE v2 GID, read
+# inside the pod. Prints the address.
+verify_pod_rail() {
+	local pod=$1 ifn=$2 rail=$3 ns=${4:-default} status ip alias kv dev port idx
+	status=$(netstatus "$pod" "$ns" | jq -c --arg i "$ifn" '.[] | select(.interface == $i)')
+	[[ -n $status ]] || fail "network-status of $pod has no entry for $ifn: $(netstatus "$pod" "$ns")"
+	ip=$(jq -r '.ips[0]' <<<"$status")
+	[[ $ip =~ ^[0-9.]+$ ]] || fail "network-status of $pod/$ifn has no IPv4 address: $status"
+	assert_eq "$(in_pod "$pod" -n "$ns" cat "/sys/class/net/$ifn/iflink")" "$(cat "/sys/class/net/$rail/ifindex")" \
+		"$pod/$ifn's lower device (ifindex of $rail)"
+	alias=$(in_pod "$pod" -n "$ns" cat "/sys/class/net/$ifn/ifalias")
+	for kv in $alias; do
+		case $kv in rdma_dev=*) dev=${kv#*=} ;; port=*) port=${kv#*=} ;; gid_index=*) idx=${kv#*=} ;; esac
+	done
+	assert_eq "${dev:-}" "$(rail_rdma_dev "$rail")" "$pod/$ifn's RDMA device (ifalias '$alias')"
+	assert_eq "$(in_pod "$pod" -n "$ns" cat "/sys/class/infiniband/$dev/ports/$port/gids/$idx")" "$(gid_of_ipv4 "$ip")" \
+		"GID $dev/$port/$idx read in $pod"
+	assert_eq "$(in_pod "$pod" -n "$ns" cat "/sys/class/infiniband/$dev/ports/$port/gid_attrs/ndevs/$idx")" "$ifn" \
+		"the netdev of GID $dev/$port/$idx in $pod"
+	echo "$ip"
+}
+
+# What an attachment leaves on the node: host-local allocations, device-info files, children.
+host_local_count() { find /var/lib/cni/networks -type f -regex '.*/[0-9a-f.:]+' 2>/dev/null | wc -l; }
+devinfo_count() { find /var/run/k8s.cni.cncf.io/devinfo -type f 2>/dev/null | wc -l; }
+children_count() { # ipvlan children in any netns of the node
+	local n=0 ns
+	n=$(ip -d -o link show type ipvlan 2>/dev/null | wc -l)
+	for ns in /run/netns/*; do
+		[[ -e $ns ]] || continue
+		n=$((n + $(ip -n "$(basename "$ns")" -d -o link show type ipvlan 2>/dev/null | wc -l)))
+	done
+	echo "$n"
+}
+
+cleanup_k8s() { # delete what a test made in default (pods first: their DEL needs the NADs)
+	kubectl delete pods --all -n default --grace-period=1 --wait=true --timeout=120s >/dev/null 2>&1 || true
+	kubectl delete net-attach-def --all -n default >/dev/null 2>&1 || true
+}
