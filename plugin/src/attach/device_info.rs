@@ -7,10 +7,13 @@
 //! When Multus already copied the device plugin's file there, it is kept and only
 //! `rdma-device` is added (spec §5.1.2: the plugin may read an existing file and write one
 //! that is missing).
+//!
+//! Where the file may be (`runtimeConfig.CNIDeviceInfoFile`, inside Multus's device-info
+//! directory) is checked while the configuration is parsed: config.rs, `device_info_file`.
 
 use std::fs;
 use std::io;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use serde_json::{json, Map, Value};
 
@@ -18,53 +21,6 @@ use crate::protocol::error::{Error, Result};
 
 /// The device-info spec version written.
 pub const SPEC_VERSION: &str = "1.1.0";
-
-/// Where Multus (and device plugins) keep device-info files (device-info-spec; `/var/run` is
-/// `/run` on current distributions).
-const DEVINFO_DIRS: &[&str] = &[
-    "/var/run/k8s.cni.cncf.io/devinfo/",
-    "/run/k8s.cni.cncf.io/devinfo/",
-];
-
-/// The CNIDeviceInfoFile path of `runtimeConfig`, checked: absolute, no `..`, a file name,
-/// inside [`DEVINFO_DIRS`].
-pub fn file_from_runtime_config(runtime_config: Option<&Value>) -> Result<Option<PathBuf>> {
-    let Some(value) = runtime_config.and_then(|r| r.get("CNIDeviceInfoFile")) else {
-        return Ok(None);
-    };
-    let bad = |why: &str| {
-        Err(Error::InvalidConfig(format!(
-            "\"runtimeConfig.CNIDeviceInfoFile\" {value}: {why}; expected an absolute file path \
-             such as /var/run/k8s.cni.cncf.io/devinfo/cni/<unique-name> (set by Multus)"
-        )))
-    };
-    let Some(text) = value.as_str() else {
-        return bad("not a string");
-    };
-    if text.is_empty() {
-        return Ok(None);
-    }
-    let path = PathBuf::from(text);
-    if !path.is_absolute() {
-        return bad("not absolute");
-    }
-    if path.components().any(|c| c == Component::ParentDir) {
-        return bad("contains '..'");
-    }
-    if path.file_name().is_none() || text.ends_with('/') {
-        return bad("names no file");
-    }
-    // ADD writes and DEL removes this file as root, and a NAD can carry its own
-    // `runtimeConfig` (Multus replaces it only when the NAD declares the capability): confined
-    // to Multus's device-info directory, a NAD cannot make DEL delete /etc/shadow.
-    if !DEVINFO_DIRS
-        .iter()
-        .any(|d| path.starts_with(d) && path != Path::new(d))
-    {
-        return bad("outside Multus's device-info directory /var/run/k8s.cni.cncf.io/devinfo/");
-    }
-    Ok(Some(path))
-}
 
 /// The device-info document for a rail: a new one, or `existing` with `rdma-device` added.
 /// None when `existing` is something this plugin should not touch (another type, another
@@ -176,38 +132,6 @@ pub fn remove(path: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn path_from_runtime_config() {
-        let rc = json!({"CNIDeviceInfoFile": "/var/run/k8s.cni.cncf.io/devinfo/cni/abc-net1"});
-        assert_eq!(
-            file_from_runtime_config(Some(&rc)).unwrap(),
-            Some(PathBuf::from(
-                "/var/run/k8s.cni.cncf.io/devinfo/cni/abc-net1"
-            ))
-        );
-        assert_eq!(file_from_runtime_config(None).unwrap(), None);
-        assert_eq!(
-            file_from_runtime_config(Some(&json!({"mac": "x"}))).unwrap(),
-            None
-        );
-        assert_eq!(
-            file_from_runtime_config(Some(&json!({"CNIDeviceInfoFile": ""}))).unwrap(),
-            None
-        );
-        for bad in [
-            json!("relative/x"),
-            json!("/a/../b"),
-            json!("/a/"),
-            json!("/etc/shadow"),
-            json!("/var/run/k8s.cni.cncf.io/devinfo"),
-            json!(7),
-        ] {
-            let rc = json!({ "CNIDeviceInfoFile": bad });
-            let err = file_from_runtime_config(Some(&rc)).unwrap_err();
-            assert_eq!(err.code(), 7, "{err}");
-        }
-    }
 
     #[test]
     fn new_document_follows_the_spec() {

@@ -2,18 +2,18 @@
 //! Nothing after this module looks at raw JSON except to hand the IPAM section on.
 
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
 use serde::de::{MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
-use crate::attach::rail;
-use crate::kernel::sysctl::{self, DadMode, Sysctl};
 use crate::protocol::cni;
 use crate::protocol::error::{Error, Result};
 use crate::protocol::logging::LogConf;
+use crate::protocol::rail_inputs;
+use crate::protocol::sysctl_keys::{self, DadMode, Sysctl};
 
 pub const DEFAULT_GID_TIMEOUT: Duration = Duration::from_millis(10_000);
 /// Longest GID wait accepted: kubelet's CNI call itself times out after a few minutes.
@@ -82,7 +82,7 @@ pub struct NetConf {
     pub name: String,
     /// What names the rail (master, deviceID, rdma.device, cni-args); resolved on the node by
     /// `rail::resolve` before ADD or CHECK changes anything.
-    pub rail: rail::Inputs,
+    pub rail: rail_inputs::Inputs,
     pub mtu: Option<u32>,
     /// The IPAM section, handed unchanged to the IPAM plugin.
     pub ipam: Option<Ipam>,
@@ -145,7 +145,7 @@ pub struct SlaacConf {
     pub dad: DadMode,
     pub ra_timeout: Duration,
     /// The child's neighbour retransmit timer until a router announces its own: the length of
-    /// each DAD probe (sysctl::slaac_defaults).
+    /// each DAD probe (sysctl_keys::slaac_defaults).
     pub retrans_time: Duration,
 }
 
@@ -260,19 +260,17 @@ impl NetConf {
             }
         };
         let mut defaults = if conf.arp_sysctls.unwrap_or(true) {
-            sysctl::arp_defaults()
+            sysctl_keys::arp_defaults()
         } else {
             Vec::new()
         };
-        defaults.extend(sysctl::announce_defaults());
+        defaults.extend(sysctl_keys::announce_defaults());
         if let Some(slaac) = &slaac {
-            defaults.extend(sysctl::slaac_defaults(slaac.dad, slaac.retrans_time));
+            defaults.extend(sysctl_keys::slaac_defaults(slaac.dad, slaac.retrans_time));
             if retrans_given {
-                if let Some((key, _)) = conf
-                    .sysctl
-                    .iter()
-                    .find(|(k, _)| sysctl::is_retrans_timer(&k.replace("IFNAME", ifname), ifname))
-                {
+                if let Some((key, _)) = conf.sysctl.iter().find(|(k, _)| {
+                    sysctl_keys::is_retrans_timer(&k.replace("IFNAME", ifname), ifname)
+                }) {
                     return bad(format!(
                         "\"ipv6.retransTimeMs\" and the sysctl {key:?} both set the child's \
                          neighbour retransmit timer: give only one of them"
@@ -285,7 +283,7 @@ impl NetConf {
         let sysctls = if ifname.is_empty() {
             Vec::new()
         } else {
-            sysctl::resolve(defaults, &conf.sysctl, ifname)?
+            sysctl_keys::resolve(defaults, &conf.sysctl, ifname)?
         };
         let rdma = match conf.rdma {
             None => RdmaConf {
@@ -295,7 +293,7 @@ impl NetConf {
             },
             Some(r) => {
                 if let Some(d) = &r.device {
-                    if !crate::kernel::rdma::valid_device_name(d) {
+                    if !rail_inputs::valid_rdma_device_name(d) {
                         return bad(format!("\"rdma.device\" {d:?} is not an RDMA device name"));
                     }
                 }
@@ -326,7 +324,7 @@ impl NetConf {
                 return bad(format!("\"logFile\" {file:?} is refused: {e}"));
             }
         }
-        let rail = rail::Inputs::new(
+        let rail = rail_inputs::Inputs::new(
             conf.master,
             rdma.device.clone(),
             conf.device_id,
@@ -336,7 +334,7 @@ impl NetConf {
                 .and_then(Value::as_str)
                 .map(String::from),
             conf.args.as_ref(),
-            rail::AllowedRails::parse(conf.allowed_rails.as_ref())?,
+            rail_inputs::AllowedRails::parse(conf.allowed_rails.as_ref())?,
         )?;
         Ok(NetConf {
             cni_version: conf.cni_version,
@@ -354,9 +352,7 @@ impl NetConf {
             },
             prev_result: conf.prev_result,
             raw,
-            device_info_file: crate::attach::device_info::file_from_runtime_config(
-                conf.runtime_config.as_ref(),
-            )?,
+            device_info_file: device_info_file(conf.runtime_config.as_ref())?,
             timeouts,
         })
     }
@@ -444,14 +440,13 @@ impl NetConf {
                 }
             },
         };
-        let device_info_file =
-            match crate::attach::device_info::file_from_runtime_config(obj.get("runtimeConfig")) {
-                Ok(path) => path,
-                Err(e) => {
-                    ignored.push(format!("{e}; the file is left alone"));
-                    None
-                }
-            };
+        let device_info_file = match device_info_file(obj.get("runtimeConfig")) {
+            Ok(path) => path,
+            Err(e) => {
+                ignored.push(format!("{e}; the file is left alone"));
+                None
+            }
+        };
         let file = text("logFile", &mut ignored)
             .map(PathBuf::from)
             .and_then(|p| match crate::protocol::logging::check_path(&p) {
@@ -487,7 +482,7 @@ impl NetConf {
             cni_version,
             name,
             timeouts,
-            rail: rail::Inputs::default(),
+            rail: rail_inputs::Inputs::default(),
             mtu: None,
             ipam,
             sysctls: Vec::new(),
@@ -621,6 +616,53 @@ fn ordered_pairs<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<(String, String)
         }
     }
     d.deserialize_map(Pairs)
+}
+
+/// Where Multus (and device plugins) keep device-info files (device-info-spec; `/var/run` is
+/// `/run` on current distributions).
+const DEVINFO_DIRS: &[&str] = &[
+    "/var/run/k8s.cni.cncf.io/devinfo/",
+    "/run/k8s.cni.cncf.io/devinfo/",
+];
+
+/// The Multus device-info file (attach/device_info.rs) of `runtimeConfig.CNIDeviceInfoFile`, checked: absolute, no `..`, a file name,
+/// inside [`DEVINFO_DIRS`].
+fn device_info_file(runtime_config: Option<&Value>) -> Result<Option<PathBuf>> {
+    let Some(value) = runtime_config.and_then(|r| r.get("CNIDeviceInfoFile")) else {
+        return Ok(None);
+    };
+    let bad = |why: &str| {
+        Err(Error::InvalidConfig(format!(
+            "\"runtimeConfig.CNIDeviceInfoFile\" {value}: {why}; expected an absolute file path \
+             such as /var/run/k8s.cni.cncf.io/devinfo/cni/<unique-name> (set by Multus)"
+        )))
+    };
+    let Some(text) = value.as_str() else {
+        return bad("not a string");
+    };
+    if text.is_empty() {
+        return Ok(None);
+    }
+    let path = PathBuf::from(text);
+    if !path.is_absolute() {
+        return bad("not absolute");
+    }
+    if path.components().any(|c| c == Component::ParentDir) {
+        return bad("contains '..'");
+    }
+    if path.file_name().is_none() || text.ends_with('/') {
+        return bad("names no file");
+    }
+    // ADD writes and DEL removes this file as root, and a NAD can carry its own
+    // `runtimeConfig` (Multus replaces it only when the NAD declares the capability): confined
+    // to Multus's device-info directory, a NAD cannot make DEL delete /etc/shadow.
+    if !DEVINFO_DIRS
+        .iter()
+        .any(|d| path.starts_with(d) && path != Path::new(d))
+    {
+        return bad("outside Multus's device-info directory /var/run/k8s.cni.cncf.io/devinfo/");
+    }
+    Ok(Some(path))
 }
 
 #[cfg(test)]
@@ -935,5 +977,34 @@ mod tests {
             Some("0.4.0")
         );
         assert_eq!(peek_version(b"garbage"), None);
+    }
+
+    #[test]
+    fn device_info_path_from_runtime_config() {
+        let rc = json!({"CNIDeviceInfoFile": "/var/run/k8s.cni.cncf.io/devinfo/cni/abc-net1"});
+        assert_eq!(
+            device_info_file(Some(&rc)).unwrap(),
+            Some(PathBuf::from(
+                "/var/run/k8s.cni.cncf.io/devinfo/cni/abc-net1"
+            ))
+        );
+        assert_eq!(device_info_file(None).unwrap(), None);
+        assert_eq!(device_info_file(Some(&json!({"mac": "x"}))).unwrap(), None);
+        assert_eq!(
+            device_info_file(Some(&json!({"CNIDeviceInfoFile": ""}))).unwrap(),
+            None
+        );
+        for bad in [
+            json!("relative/x"),
+            json!("/a/../b"),
+            json!("/a/"),
+            json!("/etc/shadow"),
+            json!("/var/run/k8s.cni.cncf.io/devinfo"),
+            json!(7),
+        ] {
+            let rc = json!({ "CNIDeviceInfoFile": bad });
+            let err = device_info_file(Some(&rc)).unwrap_err();
+            assert_eq!(err.code(), 7, "{err}");
+        }
     }
 }
