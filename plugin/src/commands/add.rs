@@ -316,7 +316,7 @@ fn build(r: &Ready<'_>, undo: &mut UndoStack<Step>) -> Result<Value> {
         // step worked, but nobody can reach the attachment and the IPAM address would leak
         // until a DEL that a runtime tearing the pod down may already have sent.
         return Err(Error::Netns(format!(
-            "the pod's network namespace {} was deleted while ADD ran: expected it to outlive              the call; everything done for this attachment is undone",
+            "the pod's network namespace {} was deleted while ADD ran: expected it to outlive the call; everything done for this attachment is undone",
             r.netns.path().display()
         )));
     }

@@ -157,7 +157,7 @@ pub const DEFAULT_RA_TIMEOUT: Duration = Duration::from_millis(10_000);
 /// duplicate to answer DAD while making each DAD a tenth as long.
 pub const DEFAULT_RETRANS_TIME: Duration = Duration::from_millis(100);
 /// The kernel waits at least 10 ms (HZ/100) per DAD probe whatever the timer says.
-const RETRANS_TIME_MS: std::ops::RangeInclusive<u64> = 10..=60_000;
+const RETRANS_TIME_MS_RANGE: std::ops::RangeInclusive<u64> = 10..=60_000;
 
 /// Reads just `cniVersion`, so that even a configuration refused later gets its error in the
 /// version the runtime asked for.
@@ -577,7 +577,7 @@ fn slaac_conf(v6: RawIpv6) -> Result<SlaacConf> {
             "ipv6.retransTimeMs",
             v6.retrans_time_ms,
             DEFAULT_RETRANS_TIME,
-            RETRANS_TIME_MS,
+            RETRANS_TIME_MS_RANGE,
             "the kernel waits at least 10 ms per DAD probe",
         )?,
     })

@@ -75,7 +75,7 @@ pub enum DadMode {
 }
 
 /// The child's IPv6 neighbour retransmit timer: the length of a DAD probe (`ipv6.retransTimeMs`).
-const RETRANS_TIME_MS: &str = "net.ipv6.neigh.IFNAME.retrans_time_ms";
+const RETRANS_TIME_MS_KEY: &str = "net.ipv6.neigh.IFNAME.retrans_time_ms";
 
 /// Whether `key` (IFNAME already replaced) sets the IPv6 neighbour retransmit timer of
 /// `ifname`, in milliseconds or in the older USER_HZ ticks.
@@ -128,7 +128,7 @@ pub fn slaac_defaults(dad: DadMode, retrans: std::time::Duration) -> Vec<(String
         ("net.ipv6.conf.IFNAME.ra_defrtr_metric", "10000"),
         // No random 0-1 s delay before DAD starts (the kernel draws it from this value).
         ("net.ipv6.conf.IFNAME.router_solicitation_delay", "0"),
-        (RETRANS_TIME_MS, retrans.as_str()),
+        (RETRANS_TIME_MS_KEY, retrans.as_str()),
     ];
     match dad {
         DadMode::Wait => {}
