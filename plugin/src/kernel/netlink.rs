@@ -1318,6 +1318,35 @@ mod lookup_tests {
         assert_eq!(address_events(cut).len(), 2);
     }
 
+    /// Another process can send to the subscription's port (it is bound to a group, not
+    /// connected to the kernel): such a datagram, here a forged RTM_NEWADDR of a finished
+    /// address, must not end the SLAAC wait. Unprivileged: the socket is in the test's own
+    /// namespace and nothing changes there.
+    #[test]
+    fn an_address_event_not_from_the_kernel_is_dropped() {
+        let mut events = AddrEvents::subscribe_here().expect("subscribe");
+        let mut addr = netlink_sys::SocketAddr::new(0, 0);
+        events
+            .socket
+            .get_address(&mut addr)
+            .expect("the subscription's address");
+        let six: std::net::Ipv6Addr = "fd00:1::5".parse().unwrap();
+        let forged = message(
+            RTM_NEWADDR,
+            0,
+            0,
+            &addr_payload(10, 64, 0x80, 7, &[nla(IFA_ADDRESS, &six.octets())]),
+        );
+        let mut sender =
+            netlink_sys::Socket::new(netlink_sys::protocols::NETLINK_ROUTE).expect("socket");
+        sender.bind_auto().expect("bind");
+        sender
+            .send_to(&forged, &addr, 0)
+            .expect("a unicast to the subscription's port");
+        let deadline = Instant::now() + std::time::Duration::from_millis(200);
+        assert_eq!(events.next_until(deadline).expect("poll"), None);
+    }
+
     #[test]
     fn a_route_reads_its_destination_table_device_and_gateway() {
         // rtmsg: AF_INET6, dst_len 0 (default), table RT_TABLE_MAIN in the 8-bit field.

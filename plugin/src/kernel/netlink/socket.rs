@@ -112,16 +112,7 @@ impl Socket {
         message: impl Fn() -> M,
         reply_type: u16,
     ) -> Result<Vec<Vec<u8>>, Failure> {
-        for _ in 0..DUMP_ATTEMPTS {
-            let (replies, interrupted) = self.exchange(message(), NLM_F_DUMP, Some(reply_type))?;
-            if !interrupted {
-                return Ok(replies);
-            }
-        }
-        Err(Failure::Io(io::Error::other(format!(
-            "the kernel interrupted the dump {DUMP_ATTEMPTS} times (NLM_F_DUMP_INTR: the table \
-             kept changing while it was read)"
-        ))))
+        until_complete(|| self.exchange(message(), NLM_F_DUMP, Some(reply_type)))
     }
 
     /// Sends `message` (numbered here) and collects the payloads of the replies of type
@@ -154,6 +145,23 @@ impl Socket {
             }
         }
     }
+}
+
+/// Runs a dump until the kernel answers it without NLM_F_DUMP_INTR, at most DUMP_ATTEMPTS
+/// times.
+fn until_complete(
+    mut dump: impl FnMut() -> Result<(Vec<Vec<u8>>, bool), Failure>,
+) -> Result<Vec<Vec<u8>>, Failure> {
+    for _ in 0..DUMP_ATTEMPTS {
+        let (replies, interrupted) = dump()?;
+        if !interrupted {
+            return Ok(replies);
+        }
+    }
+    Err(Failure::Io(io::Error::other(format!(
+        "the kernel interrupted the dump {DUMP_ATTEMPTS} times (NLM_F_DUMP_INTR: the table \
+         kept changing while it was read)"
+    ))))
 }
 
 /// A request as bytes: `nlmsghdr` (flags, sequence number) and the typed message.
@@ -334,6 +342,29 @@ pub(crate) mod tests {
             answer(&[part, done].concat()).unwrap(),
             (true, vec![b"part".to_vec()], true)
         );
+    }
+
+    #[test]
+    fn an_interrupted_dump_is_read_again_and_not_forever() {
+        let mut answers = vec![
+            (vec![b"new".to_vec()], false),
+            (vec![b"old".to_vec()], true),
+        ];
+        let mut calls = 0;
+        let replies = until_complete(|| {
+            calls += 1;
+            Ok(answers.pop().expect("asked once more than answered"))
+        })
+        .unwrap();
+        assert_eq!((replies, calls), (vec![b"new".to_vec()], 2));
+        let mut calls = 0;
+        let err = until_complete(|| {
+            calls += 1;
+            Ok((vec![], true))
+        })
+        .unwrap_err();
+        assert_eq!(calls, DUMP_ATTEMPTS);
+        assert!(format!("{err:?}").contains("NLM_F_DUMP_INTR"), "{err:?}");
     }
 
     #[test]
