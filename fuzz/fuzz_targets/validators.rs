@@ -1,11 +1,11 @@
-//! The name validators: `validate_ifname` and `sysctl::validate` must never panic, and what they
+//! The name validators: `validate_ifname` and `sysctl_keys::validate` must never panic, and what they
 //! accept must stay inside its directory: an interface name is one path component, a sysctl is
 //! a file under /proc/sys/net/ipv{4,6}/{conf,neigh}/<this interface|all|default>/.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use roce_ipvlan::protocol::cni::validate_ifname;
-use roce_ipvlan::kernel::sysctl;
+use roce_ipvlan::protocol::sysctl_keys as sysctl;
 
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);

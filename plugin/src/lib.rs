@@ -11,6 +11,8 @@ pub mod protocol {
     pub mod config;
     pub(crate) mod error;
     pub mod logging;
+    pub(crate) mod rail_inputs;
+    pub mod sysctl_keys;
 }
 /// Kernel adapters: the only code that talks to netlink, namespaces, sysctls, RDMA sysfs and
 /// netlink, locks and files.
@@ -20,7 +22,7 @@ pub mod kernel {
     pub(crate) mod netlink;
     pub(crate) mod netns;
     pub(crate) mod rdma;
-    pub mod sysctl;
+    pub(crate) mod sysctl;
 }
 /// The attachment's steps, which the commands orchestrate: rail, child link, IPAM, routing,
 /// IPv6, device-info, the deadline, the undo stack and its test-only failpoints.

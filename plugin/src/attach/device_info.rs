@@ -7,10 +7,14 @@
 //! When Multus already copied the device plugin's file there, it is kept and only
 //! `rdma-device` is added (spec §5.1.2: the plugin may read an existing file and write one
 //! that is missing).
+//!
+//! Where the file may be (`runtimeConfig.CNIDeviceInfoFile`, directly in Multus's
+//! per-attachment directory) is checked while the configuration is parsed: config.rs,
+//! `device_info_file`; whether it is this attachment's file, by [`check_attachment`].
 
 use std::fs;
 use std::io;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use serde_json::{json, Map, Value};
 
@@ -18,61 +22,6 @@ use crate::protocol::error::{Error, Result};
 
 /// The device-info spec version written.
 pub const SPEC_VERSION: &str = "1.1.0";
-
-/// Where Multus keeps the device-info files it names per attachment: `cni/` of the
-/// device-info directory (device-info-spec; `/var/run` is `/run` on current distributions).
-/// Its sibling `dp/` holds the device plugins' files, under names anyone can predict
-/// (`<resource>-<pci>-device.json`): never ours to write or remove.
-const CNI_DEVINFO_DIRS: &[&str] = &[
-    "/var/run/k8s.cni.cncf.io/devinfo/cni",
-    "/run/k8s.cni.cncf.io/devinfo/cni",
-];
-
-/// The CNIDeviceInfoFile path of `runtimeConfig`, checked: absolute, no `..`, a file directly
-/// in Multus's per-attachment directory ([`CNI_DEVINFO_DIRS`]). Whether it is this
-/// attachment's file is [`check_attachment`]'s to say (the configuration does not know the
-/// container).
-pub fn file_from_runtime_config(runtime_config: Option<&Value>) -> Result<Option<PathBuf>> {
-    let Some(value) = runtime_config.and_then(|r| r.get("CNIDeviceInfoFile")) else {
-        return Ok(None);
-    };
-    let bad = |why: &str| {
-        Err(Error::InvalidConfig(format!(
-            "\"runtimeConfig.CNIDeviceInfoFile\" {value}: {why}; expected the file Multus names \
-             for this attachment, /var/run/k8s.cni.cncf.io/devinfo/cni/<network>-<container \
-             id>_<interface>: leave it to Multus (the NAD's CNIDeviceInfoFile capability)"
-        )))
-    };
-    let Some(text) = value.as_str() else {
-        return bad("not a string");
-    };
-    if text.is_empty() {
-        return Ok(None);
-    }
-    let path = PathBuf::from(text);
-    if !path.is_absolute() {
-        return bad("not absolute");
-    }
-    if path.components().any(|c| c == Component::ParentDir) {
-        return bad("contains '..'");
-    }
-    if path.file_name().is_none() || text.ends_with('/') {
-        return bad("names no file");
-    }
-    // ADD writes and DEL removes this file as root, and a NAD can carry its own
-    // `runtimeConfig` (Multus replaces it only when the NAD declares the capability): confined
-    // to Multus's per-attachment directory, a NAD cannot make DEL delete /etc/shadow or a
-    // device plugin's file in dp/.
-    if !CNI_DEVINFO_DIRS
-        .iter()
-        .any(|d| path.parent() == Some(Path::new(d)))
-    {
-        return bad(
-            "not a file in Multus's per-attachment directory /var/run/k8s.cni.cncf.io/devinfo/cni/",
-        );
-    }
-    Ok(Some(path))
-}
 
 /// Whether `path` is the device-info file Multus names for this attachment. Multus
 /// (pkg/types/conf.go, delegateRuntimeConfig) names it `<network>-<container id>_<ifname>`
@@ -226,43 +175,6 @@ pub fn remove(path: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn path_from_runtime_config() {
-        let rc =
-            json!({"CNIDeviceInfoFile": "/var/run/k8s.cni.cncf.io/devinfo/cni/ns-rail-abc_net1"});
-        assert_eq!(
-            file_from_runtime_config(Some(&rc)).unwrap(),
-            Some(PathBuf::from(
-                "/var/run/k8s.cni.cncf.io/devinfo/cni/ns-rail-abc_net1"
-            ))
-        );
-        assert_eq!(file_from_runtime_config(None).unwrap(), None);
-        assert_eq!(
-            file_from_runtime_config(Some(&json!({"mac": "x"}))).unwrap(),
-            None
-        );
-        assert_eq!(
-            file_from_runtime_config(Some(&json!({"CNIDeviceInfoFile": ""}))).unwrap(),
-            None
-        );
-        for bad in [
-            json!("relative/x"),
-            json!("/a/../b"),
-            json!("/a/"),
-            json!("/etc/shadow"),
-            json!("/var/run/k8s.cni.cncf.io/devinfo"),
-            json!("/var/run/k8s.cni.cncf.io/devinfo/x"),
-            // The device plugins' folder: names anyone can predict.
-            json!("/var/run/k8s.cni.cncf.io/devinfo/dp/nvidia.com-rdma-0000:3b:00.2-device.json"),
-            json!("/var/run/k8s.cni.cncf.io/devinfo/cni/sub/x"),
-            json!(7),
-        ] {
-            let rc = json!({ "CNIDeviceInfoFile": bad });
-            let err = file_from_runtime_config(Some(&rc)).unwrap_err();
-            assert_eq!(err.code(), 7, "{err}");
-        }
-    }
 
     /// Only the name Multus gives this attachment's file (issue #25, item 1): checked against
     /// the name Multus builds, "<namespace>/<NAD>-<container id>_<ifname>" with '/' as '-'.

@@ -9,7 +9,7 @@
 //!
 //! The plugin sends a router solicitation as soon as the child's link-local address may be used:
 //! at link up with optimistic DAD or DAD off, once link-local DAD has passed with `dad: wait`
-//! (a short DAD: sysctl::slaac_defaults). From a usable link-local the router answers by
+//! (a short DAD: sysctl_keys::slaac_defaults). From a usable link-local the router answers by
 //! unicast at once (RFC 7772; radvd's AdvRASolicitedUnicast, on by default). A solicitation
 //! from the unspecified address, the only one RFC 4861 §4.1 allows while the link-local is
 //! tentative, can only be answered by multicast, which RFC 4861 paces to one per
@@ -32,10 +32,10 @@ use crate::attach::budget::Budget;
 use crate::attach::routing;
 use crate::kernel::netlink::{Addr6, AddrEvent, AddrEvents, AddressFlags, Link, RouteSocket};
 use crate::kernel::netns::Netns;
-use crate::kernel::sysctl::{self, DadMode, Sysctl};
 use crate::protocol::cni::{CniResult, IpConfig};
 use crate::protocol::config::{NetConf, SlaacConf};
 use crate::protocol::error::{Error, Result};
+use crate::protocol::sysctl_keys::{self, DadMode, Sysctl};
 
 /// The SLAAC address ADD reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -385,7 +385,7 @@ pub fn wait(
 /// The IPv6 sysctls ADD writes besides the configuration's, for the addresses IPAM returned.
 /// An IPv6 address from IPAM (a placeholder, say) needs IPv6 on the child even when the pod has
 /// it off by default; as the reference ipvlan plugin does, on this link only. With SLAAC the
-/// configuration already has them (sysctl::slaac_defaults).
+/// configuration already has them (sysctl_keys::slaac_defaults).
 pub fn sysctls(conf: &NetConf, ips: &[IpConfig], ifname: &str) -> Result<Vec<Sysctl>> {
     let mut more = Vec::new();
     if conf.slaac.is_none() && ips.iter().any(|ip| ip.address.is_ipv6()) {
@@ -394,9 +394,17 @@ pub fn sysctls(conf: &NetConf, ips: &[IpConfig], ifname: &str) -> Result<Vec<Sys
             .iter()
             .any(|s| s.key.ends_with(".ndisc_notify"))
         {
-            more.push(sysctl::validate(sysctl::NDISC_NOTIFY, "1", ifname)?);
+            more.push(sysctl_keys::validate(
+                sysctl_keys::NDISC_NOTIFY,
+                "1",
+                ifname,
+            )?);
         }
-        more.push(sysctl::validate(sysctl::DISABLE_IPV6, "0", ifname)?);
+        more.push(sysctl_keys::validate(
+            sysctl_keys::DISABLE_IPV6,
+            "0",
+            ifname,
+        )?);
     }
     Ok(more)
 }
@@ -487,9 +495,9 @@ pub fn configure(
 }
 
 /// Whether CHECK holds sysctl `s` to the value ADD wrote: on a SLAAC rail, not when a router's
-/// advertisement may rewrite it (sysctl::router_may_set).
+/// advertisement may rewrite it (sysctl_keys::router_may_set).
 pub fn checks_sysctl(conf: &NetConf, s: &Sysctl) -> bool {
-    conf.slaac.is_none() || !sysctl::router_may_set(s)
+    conf.slaac.is_none() || !sysctl_keys::router_may_set(s)
 }
 
 /// CHECK's IPv6 after the ifalias is read: on a SLAAC rail with source routing, the rule from
@@ -800,7 +808,7 @@ mod tests {
             keys(&sysctls(&own, &[ip("fd01::2/64")], "net1").unwrap()),
             ["net.ipv6.conf.net1.disable_ipv6"]
         );
-        // With SLAAC the configuration has them already (sysctl::slaac_defaults).
+        // With SLAAC the configuration has them already (sysctl_keys::slaac_defaults).
         let slaac = net_conf(serde_json::json!({"ipv6": {"slaac": true}}));
         assert!(sysctls(&slaac, &[ip("fd01::2/64")], "net1")
             .unwrap()

@@ -22,6 +22,7 @@ use crate::kernel::sysctl;
 use crate::protocol::cni::{CniResult, Env, Interface, Roce};
 use crate::protocol::config::NetConf;
 use crate::protocol::error::{Error, FailedUndo, Result};
+use crate::protocol::sysctl_keys::Sysctl;
 
 /// A change made by ADD, and so something a failed ADD must take back.
 #[derive(Debug)]
@@ -94,7 +95,7 @@ struct RailReady {
     port: RdmaPort,
     /// The sysctls written for this child; the pod-wide ones only by the first child of a
     /// multi-rail attachment (one save and one restore for the attachment).
-    sysctls: Vec<sysctl::Sysctl>,
+    sysctls: Vec<Sysctl>,
     /// For `rails`: the attachment's CNI_IFNAME, added to the child's ifalias (ipvlan.rs).
     tie: Option<String>,
 }

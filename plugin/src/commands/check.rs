@@ -12,6 +12,7 @@ use crate::kernel::sysctl;
 use crate::protocol::cni::{CniResult, Env, Roce};
 use crate::protocol::config::NetConf;
 use crate::protocol::error::{Error, Result};
+use crate::protocol::sysctl_keys::Sysctl;
 
 pub fn check(env: &Env, conf: &NetConf) -> Result<()> {
     let prev = conf.prev_result.as_ref().ok_or_else(|| {
@@ -77,7 +78,7 @@ fn check_child(
     netns: &Netns,
     pod: &RouteSocket,
     prev: &CniResult,
-    sysctls: &[sysctl::Sysctl],
+    sysctls: &[Sysctl],
     rails: &[Link],
 ) -> Result<()> {
     let differs = |what: String| {

@@ -1,20 +1,36 @@
-//! Route netlink on plain, blocking sockets ([`RouteSocket`]): every request the plugin and its
-//! tools make is answered within the send (a change's ACK, a dump's parts up to NLMSG_DONE),
-//! so no runtime is needed. Requests are encoded as `ip` encodes them, and replies are read
-//! for the few attributes the plugin uses. [`AddrEvents`] is the one subscription: the pod's
-//! IPv6 address changes, for the SLAAC wait.
+//! Route netlink on plain, blocking sockets ([`RouteSocket`], on the one [`Socket`] of
+//! socket.rs): every request the plugin and its tools make is answered within the send (a
+//! change's ACK, a dump's parts up to NLMSG_DONE), so no runtime is needed. Requests are
+//! netlink-packet-route's typed messages; replies are read lazily, for the few attributes the
+//! plugin uses. [`AddrEvents`] is the one subscription: the pod's IPv6 address changes, for
+//! the SLAAC wait.
 //!
 //! A socket is bound to one network namespace: the one it was created in. For the pod's
 //! namespace it is created on a short-lived thread inside it (netns.rs) and then used from the
 //! main thread, which never changes namespace.
 
+pub(crate) mod socket;
+
 use std::collections::VecDeque;
 use std::net::IpAddr;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::time::Instant;
 
 use ipnetwork::IpNetwork;
+use netlink_packet_core::{parse_u32, Emitable, NlaBuffer, NlasIterator, Parseable};
+use netlink_packet_route::address::{AddressAttribute, AddressHeader, AddressMessage};
+pub use netlink_packet_route::link::IpVlanMode;
+use netlink_packet_route::link::{
+    InfoData, InfoIpVlan, LinkAttribute, LinkExtentMask, LinkFlags, LinkHeader, LinkInfo,
+    LinkMessage,
+};
+use netlink_packet_route::route::{
+    RouteAddress, RouteAttribute, RouteHeader, RouteMessage, RouteProtocol, RouteScope, RouteType,
+};
+use netlink_packet_route::rule::{RuleAction, RuleAttribute, RuleHeader, RuleMessage};
+use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 
+use self::socket::{malformed, Failure, Socket};
 use crate::kernel::netns::Netns;
 use crate::protocol::error::{Error, Result};
 
@@ -74,37 +90,17 @@ impl std::fmt::Display for InfoKind {
     }
 }
 
-/// An IPvlan child's mode (IFLA_IPVLAN_MODE, linux/if_link.h).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum IpVlanMode {
-    L2,
-    L3,
-    L3S,
-    Other(u16),
-}
-
-impl From<u16> for IpVlanMode {
-    fn from(mode: u16) -> IpVlanMode {
-        match mode {
-            0 => IpVlanMode::L2,
-            1 => IpVlanMode::L3,
-            2 => IpVlanMode::L3S,
-            other => IpVlanMode::Other(other),
-        }
-    }
-}
-
 /// An address's IFA_F_* flags (linux/if_addr.h), as the 32-bit IFA_FLAGS carries them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct AddressFlags(u32);
 
 impl AddressFlags {
-    pub const OPTIMISTIC: AddressFlags = AddressFlags(0x04);
-    pub const DADFAILED: AddressFlags = AddressFlags(0x08);
-    pub const TENTATIVE: AddressFlags = AddressFlags(0x40);
-    pub const PERMANENT: AddressFlags = AddressFlags(0x80);
+    pub const OPTIMISTIC: AddressFlags = AddressFlags(libc::IFA_F_OPTIMISTIC);
+    pub const DADFAILED: AddressFlags = AddressFlags(libc::IFA_F_DADFAILED);
+    pub const TENTATIVE: AddressFlags = AddressFlags(libc::IFA_F_TENTATIVE);
+    pub const PERMANENT: AddressFlags = AddressFlags(libc::IFA_F_PERMANENT);
     #[cfg(test)]
-    pub const MANAGETEMPADDR: AddressFlags = AddressFlags(0x100);
+    pub const MANAGETEMPADDR: AddressFlags = AddressFlags(libc::IFA_F_MANAGETEMPADDR);
 
     #[cfg(test)]
     pub const fn empty() -> AddressFlags {
@@ -197,22 +193,12 @@ impl AddrEvents {
         let mut socket = netlink_sys::Socket::new(netlink_sys::protocols::NETLINK_ROUTE)?;
         socket.bind(&netlink_sys::SocketAddr::new(
             0,
-            1 << (RTNLGRP_IPV6_IFADDR - 1),
+            1 << (libc::RTNLGRP_IPV6_IFADDR - 1),
         ))?;
         Ok(AddrEvents {
             socket,
             pending: VecDeque::new(),
         })
-    }
-
-    /// The netlink port the subscription listens on (for a test that sends to it).
-    #[cfg(test)]
-    fn port(&self) -> u32 {
-        let mut addr = netlink_sys::SocketAddr::new(0, 0);
-        self.socket
-            .get_address(&mut addr)
-            .expect("a bound socket has an address");
-        addr.port_number()
     }
 
     /// The next address event; `None` when `deadline` passes first.
@@ -246,9 +232,9 @@ impl AddrEvents {
             }
             let mut buf = Vec::with_capacity(64 * 1024);
             match self.socket.recv_from(&mut buf, libc::MSG_DONTWAIT) {
-                Ok((_, sender)) => self
+                Ok((_, from)) => self
                     .pending
-                    .extend(address_events(sender.port_number(), &buf)),
+                    .extend(address_events(from.port_number(), &buf)),
                 Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
                     self.pending.push_back(AddrEvent::Lost)
                 }
@@ -259,9 +245,9 @@ impl AddrEvents {
     }
 }
 
-/// The IPv6 address events of a datagram of notifications from netlink port `sender`. The
-/// subscription socket is in the pod's namespace, where any process may send it a unicast
-/// datagram: only the kernel's (port 0) are events, a forged one is dropped whole.
+/// The IPv6 address events of a datagram of notifications from netlink port `sender`. Only
+/// the kernel's notifications count: a datagram another process sent to the subscription
+/// socket (its port id is not 0) is dropped whole.
 fn address_events(sender: u32, buf: &[u8]) -> Vec<AddrEvent> {
     if sender != 0 {
         tracing::warn!(
@@ -270,144 +256,48 @@ fn address_events(sender: u32, buf: &[u8]) -> Vec<AddrEvent> {
         );
         return Vec::new();
     }
-    messages(buf)
+    socket::messages(buf)
+        .map_while(|message| message.ok())
         .filter_map(|message| {
-            let message = message.ok()?;
-            let addr = parse_addr_reply(message.payload).and_then(Addr::v6)?;
-            match message.msg_type {
-                RTM_NEWADDR => Some(AddrEvent::New(addr)),
-                RTM_DELADDR => Some(AddrEvent::Del(addr)),
+            let addr = parse_addr_reply(message.payload()).and_then(Addr::v6)?;
+            match message.message_type() {
+                libc::RTM_NEWADDR => Some(AddrEvent::New(addr)),
+                libc::RTM_DELADDR => Some(AddrEvent::Del(addr)),
                 _ => None,
             }
         })
         .collect()
 }
 
-/// A policy rule: its table, source, and the kernel's message to send back to delete it.
+/// A policy rule: what identifies it (to delete it) and what the plugin reads of it.
 #[derive(Debug, Clone)]
 pub struct Rule {
     pub table: u32,
     pub source: Option<IpAddr>,
-    /// The RTM_NEWRULE payload (`fib_rule_hdr` and attributes), which identifies the rule.
-    message: Vec<u8>,
+    family: AddressFamily,
+    source_len: u8,
+    priority: Option<u32>,
+    action: RuleAction,
 }
 
-/// A plain, blocking NETLINK_ROUTE socket. Replies are read for the few attributes the plugin
-/// uses instead of being decoded whole (every attribute, the nested per-family ones included),
-/// which, through rtnetlink and netlink-packet-route, was most of what a request cost a
-/// short-lived process.
+/// A plain, blocking NETLINK_ROUTE socket ([`Socket`]). Requests are netlink-packet-route's
+/// typed messages; replies are read lazily, the header and then only the attributes the
+/// plugin uses, through netlink-packet-core's attribute iterator, so that an attribute a new
+/// kernel adds or reshapes never fails a read (decoding whole messages, every attribute and
+/// the nested per-family ones included, was also most of what a lookup cost a short-lived
+/// process).
 pub struct RouteSocket {
-    socket: netlink_sys::Socket,
-    seq: std::sync::atomic::AtomicU32,
+    socket: Socket,
 }
 
-#[derive(Debug)]
-enum LookupError {
-    /// The kernel answered with this errno.
-    Kernel(i32),
-    Io(std::io::Error),
-    /// The kernel marked the dump NLM_F_DUMP_INTR: what it holds changed while it was read,
-    /// so the answer may miss or repeat entries.
-    Interrupted,
-}
-
-impl LookupError {
-    /// As the crate reports it: a kernel errno as a netlink error (102), a failure of the
-    /// socket itself as an I/O error.
-    fn into_error(self, what: String) -> Error {
-        match self {
-            LookupError::Kernel(errno) => Error::netlink(what, errno),
-            LookupError::Io(e) => Error::io(what, e),
-            LookupError::Interrupted => Error::io(
-                what,
-                std::io::Error::new(
-                    std::io::ErrorKind::Interrupted,
-                    format!(
-                        "the kernel marked the dump interrupted (NLM_F_DUMP_INTR) {DUMP_ATTEMPTS} \
-                         times in a row: what it lists kept changing while it was read; try \
-                         again"
-                    ),
-                ),
-            ),
-        }
-    }
-}
-
-const RTM_NEWLINK: u16 = 16;
-const RTM_DELLINK: u16 = 17;
-const RTM_GETLINK: u16 = 18;
-const RTM_SETLINK: u16 = 19;
-const RTM_NEWADDR: u16 = 20;
-const RTM_DELADDR: u16 = 21;
-const RTM_GETADDR: u16 = 22;
-const RTM_NEWROUTE: u16 = 24;
-const RTM_GETROUTE: u16 = 26;
-const RTM_NEWRULE: u16 = 32;
-const RTM_DELRULE: u16 = 33;
-const RTM_GETRULE: u16 = 34;
-const NLMSG_ERROR: u16 = 2;
-const NLMSG_DONE: u16 = 3;
-const NLM_F_MULTI: u16 = 0x2;
-const NLM_F_DUMP_INTR: u16 = 0x10;
-/// How often a dump the kernel marks interrupted is read before giving up (as
-/// containernetworking/plugins' netlinksafe retries).
-const DUMP_ATTEMPTS: usize = 5;
-const NLMSG_HDRLEN: usize = 16;
-/// struct ifinfomsg
-const IFINFOMSG_LEN: usize = 16;
-/// struct fib_rule_hdr: family, dst_len, src_len, tos, table, res1, res2, action, flags.
-const FIB_RULE_HDR_LEN: usize = 12;
 /// NLM_F_CREATE | NLM_F_EXCL: a create request that fails with EEXIST on a duplicate.
 const CREATE_NEW: u16 = netlink_packet_core::NLM_F_CREATE | netlink_packet_core::NLM_F_EXCL;
-const FRA_SRC: u16 = 2;
-const FRA_PRIORITY: u16 = 6;
-const FR_ACT_TO_TBL: u8 = 1;
-const IFA_ADDRESS: u16 = 1;
-const IFA_LOCAL: u16 = 2;
-const IFA_BROADCAST: u16 = 4;
-const IFA_FLAGS: u16 = 8;
-/// struct ifaddrmsg: family, prefixlen, flags, scope, index.
-const IFADDRMSG_LEN: usize = 8;
-/// struct rtmsg: family, dst_len, src_len, tos, table, protocol, scope, type, flags.
-const RTMSG_LEN: usize = 12;
-const RTNLGRP_IPV6_IFADDR: u32 = 9;
-const RTA_DST: u16 = 1;
-const RTA_OIF: u16 = 4;
-const RTA_GATEWAY: u16 = 5;
-const RTA_PREFSRC: u16 = 7;
-const RTA_TABLE: u16 = 15;
-const RTPROT_STATIC: u8 = 4;
-const RT_SCOPE_UNIVERSE: u8 = 0;
-const RT_SCOPE_LINK: u8 = 253;
-const RTN_UNICAST: u8 = 1;
-const IFLA_NET_NS_FD: u16 = 28;
-const IPVLAN_MODE_L2: u16 = 0;
-const FRA_TABLE: u16 = 15;
-const IFLA_ADDRESS: u16 = 1;
-const IFLA_IFNAME: u16 = 3;
-const IFLA_MTU: u16 = 4;
-const IFLA_LINK: u16 = 5;
-const IFLA_LINKINFO: u16 = 18;
-const IFLA_IFALIAS: u16 = 20;
-const IFLA_EXT_MASK: u16 = 29;
-const IFLA_LINK_NETNSID: u16 = 37;
-const IFLA_INFO_KIND: u16 = 1;
-const IFLA_INFO_DATA: u16 = 2;
-const IFLA_IPVLAN_MODE: u16 = 1;
-const RTEXT_FILTER_SKIP_STATS: u32 = 1 << 3;
-const IFF_UP: u32 = 1;
-/// The attribute type without NLA_F_NESTED and NLA_F_NET_BYTEORDER.
-const NLA_TYPE_MASK: u16 = 0x3fff;
 
 impl RouteSocket {
     /// A socket in the calling thread's namespace, as an I/O result (for a thread in a pod).
     pub fn open() -> std::io::Result<RouteSocket> {
-        let mut socket = netlink_sys::Socket::new(netlink_sys::protocols::NETLINK_ROUTE)?;
-        socket.bind_auto()?;
-        socket.connect(&netlink_sys::SocketAddr::new(0, 0))?;
         Ok(RouteSocket {
-            socket,
-            seq: std::sync::atomic::AtomicU32::new(0),
+            socket: Socket::open(netlink_sys::protocols::NETLINK_ROUTE)?,
         })
     }
 
@@ -429,13 +319,13 @@ impl RouteSocket {
     /// One RTM_GETLINK by name (IFLA_IFNAME), without the link's counters
     /// (RTEXT_FILTER_SKIP_STATS); None when there is no such link.
     pub fn link_by_name(&self, name: &str) -> Result<Option<Link>> {
-        match self.exchange(getlink_request(name), RTM_NEWLINK) {
-            Ok(replies) => match replies.first().map(|p| parse_link_reply(p)) {
-                Some(Some(link)) => Ok(Some(link)),
-                _ => Err(malformed("an RTM_GETLINK answer without a whole link")
+        match self.socket.get(getlink(Some(name)), libc::RTM_NEWLINK) {
+            Ok(reply) => match parse_link_reply(&reply) {
+                Some(link) => Ok(Some(link)),
+                None => Err(malformed("an RTM_GETLINK answer without a whole link")
                     .into_error(format!("cannot look up link {name}"))),
             },
-            Err(LookupError::Kernel(errno)) if errno == libc::ENODEV => Ok(None),
+            Err(Failure::Kernel(errno)) if errno == libc::ENODEV => Ok(None),
             Err(e) => Err(e.into_error(format!("cannot look up link {name}"))),
         }
     }
@@ -443,7 +333,8 @@ impl RouteSocket {
     /// Every link of this socket's namespace (one RTM_GETLINK dump, without counters).
     pub fn links(&self) -> Result<Vec<Link>> {
         let replies = self
-            .dump(RTM_GETLINK, &getlink_body(None), RTM_NEWLINK)
+            .socket
+            .dump(|| getlink(None), libc::RTM_NEWLINK)
             .map_err(|e| e.into_error("cannot list links".into()))?;
         Ok(replies.iter().filter_map(|p| parse_link_reply(p)).collect())
     }
@@ -457,76 +348,53 @@ impl RouteSocket {
         mtu: Option<u32>,
         target: &Netns,
     ) -> Result<()> {
-        let mut data = Vec::new();
-        attr(&mut data, IFLA_IPVLAN_MODE, &IPVLAN_MODE_L2.to_ne_bytes());
-        let mut info = Vec::new();
-        attr(&mut info, IFLA_INFO_KIND, b"ipvlan\0");
-        attr(&mut info, IFLA_INFO_DATA, &data);
-        let mut body = vec![0u8; IFINFOMSG_LEN];
-        attr(&mut body, IFLA_IFNAME, &c_string(name));
-        attr(&mut body, IFLA_LINK, &master.to_ne_bytes());
-        if let Some(mtu) = mtu {
-            attr(&mut body, IFLA_MTU, &mtu.to_ne_bytes());
-        }
-        let fd = u32::try_from(target.fd().as_raw_fd()).expect("an open fd is not negative");
-        attr(&mut body, IFLA_NET_NS_FD, &fd.to_ne_bytes());
-        attr(&mut body, IFLA_LINKINFO, &info);
-        self.ack(RTM_NEWLINK, CREATE_NEW, &body).map_err(|e| {
-            e.into_error(format!(
-                "cannot create IPvlan L2 child {name} of link #{master}"
-            ))
-        })
+        self.socket
+            .ack(
+                ipvlan_l2(name, master, mtu, target.fd().as_raw_fd()),
+                CREATE_NEW,
+            )
+            .map_err(|e| {
+                e.into_error(format!(
+                    "cannot create IPvlan L2 child {name} of link #{master}"
+                ))
+            })
     }
 
     pub fn rename(&self, index: u32, name: &str) -> Result<()> {
-        self.set_link(index, 0, &[(IFLA_IFNAME, &c_string(name))])
+        let mut link = LinkMessage::default();
+        link.header.index = index;
+        link.attributes
+            .push(LinkAttribute::IfName(name.to_string()));
+        self.socket
+            .ack(RouteNetlinkMessage::SetLink(link), 0)
             .map_err(|e| e.into_error(format!("cannot rename link #{index} to {name}")))
     }
 
     pub fn set_up(&self, index: u32) -> Result<()> {
-        self.set_link(index, IFF_UP, &[])
+        let mut link = LinkMessage::default();
+        link.header.index = index;
+        link.header.flags = LinkFlags::Up;
+        link.header.change_mask = LinkFlags::Up;
+        self.socket
+            .ack(RouteNetlinkMessage::SetLink(link), 0)
             .map_err(|e| e.into_error(format!("cannot bring link #{index} up")))
     }
 
     pub fn set_alias(&self, index: u32, alias: &str) -> Result<()> {
-        // Without a NUL, as `ip link set alias` sends it: the kernel stores the bytes given.
-        self.set_link(index, 0, &[(IFLA_IFALIAS, alias.as_bytes())])
+        let mut link = LinkMessage::default();
+        link.header.index = index;
+        link.attributes
+            .push(LinkAttribute::IfAlias(alias.to_string()));
+        self.socket
+            .ack(RouteNetlinkMessage::SetLink(link), 0)
             .map_err(|e| e.into_error(format!("cannot set the alias of link #{index}")))
-    }
-
-    /// RTM_SETLINK on link `index`: sets the flags in `up` (IFF_UP or 0, the only flag changed)
-    /// and the attributes `attrs`.
-    fn set_link(
-        &self,
-        index: u32,
-        up: u32,
-        attrs: &[(u16, &[u8])],
-    ) -> std::result::Result<(), LookupError> {
-        let mut body = vec![0u8; IFINFOMSG_LEN];
-        body[4..8].copy_from_slice(&index.to_ne_bytes());
-        body[8..12].copy_from_slice(&up.to_ne_bytes());
-        body[12..16].copy_from_slice(&up.to_ne_bytes());
-        for (kind, value) in attrs {
-            attr(&mut body, *kind, value);
-        }
-        self.ack(RTM_SETLINK, 0, &body)
     }
 
     /// Adds `addr` to link `index`, as rtnetlink and `ip address add` do: IFA_ADDRESS and
     /// IFA_LOCAL, and for IPv4 below /31 the broadcast address.
     pub fn add_address(&self, index: u32, addr: IpNetwork) -> Result<()> {
-        let (family, bytes) = family_and_bytes(addr.ip());
-        let mut body = vec![family, addr.prefix(), 0, 0];
-        body.extend_from_slice(&index.to_ne_bytes());
-        attr(&mut body, IFA_ADDRESS, &bytes);
-        attr(&mut body, IFA_LOCAL, &bytes);
-        if let IpNetwork::V4(v4) = addr {
-            if v4.prefix() < 31 {
-                let broadcast = u32::from(v4.ip()) | (u32::MAX >> v4.prefix());
-                attr(&mut body, IFA_BROADCAST, &broadcast.to_be_bytes());
-            }
-        }
-        self.ack(RTM_NEWADDR, CREATE_NEW, &body)
+        self.socket
+            .ack(new_address(index, addr), CREATE_NEW)
             .map_err(|e| e.into_error(format!("cannot add address {addr} to link #{index}")))
     }
 
@@ -540,7 +408,6 @@ impl RouteSocket {
         dev: u32,
         src: Option<IpAddr>,
     ) -> Result<()> {
-        let (family, network) = family_and_bytes(dst.network());
         let same_family = |a: &Option<IpAddr>| a.is_none_or(|a| a.is_ipv6() == dst.is_ipv6());
         if !same_family(&gw) || !same_family(&src) {
             return Err(Error::InvalidConfig(format!(
@@ -548,50 +415,27 @@ impl RouteSocket {
                  must be of the destination's address family"
             )));
         }
-        let scope = if gw.is_some() {
-            RT_SCOPE_UNIVERSE
-        } else {
-            RT_SCOPE_LINK
-        };
-        let mut body = vec![
-            family,
-            dst.prefix(),
-            0,
-            0,
-            header_table(table),
-            RTPROT_STATIC,
-            scope,
-            RTN_UNICAST,
-        ];
-        body.extend_from_slice(&0u32.to_ne_bytes());
-        if dst.prefix() > 0 {
-            attr(&mut body, RTA_DST, &network);
-        }
-        if let Some(gw) = gw {
-            attr(&mut body, RTA_GATEWAY, &family_and_bytes(gw).1);
-        }
-        attr(&mut body, RTA_OIF, &dev.to_ne_bytes());
-        if let Some(src) = src {
-            attr(&mut body, RTA_PREFSRC, &family_and_bytes(src).1);
-        }
-        attr(&mut body, RTA_TABLE, &table.to_ne_bytes());
-        self.ack(RTM_NEWROUTE, CREATE_NEW, &body).map_err(|e| {
-            e.into_error(format!(
-                "cannot add route {dst} via {gw:?} dev #{dev} table {table}"
-            ))
-        })
+        self.socket
+            .ack(new_route(table, dst, gw, dev, src), CREATE_NEW)
+            .map_err(|e| {
+                e.into_error(format!(
+                    "cannot add route {dst} via {gw:?} dev #{dev} table {table}"
+                ))
+            })
     }
 
     /// Adds the rule "from `source` lookup `table`" at `priority`.
     pub fn add_rule(&self, source: IpAddr, table: u32, priority: u32) -> Result<()> {
-        let (family, bytes) = family_and_bytes(source);
-        let full = u8::try_from(bytes.len() * 8).expect("an address is 4 or 16 bytes");
-        let mut body = vec![family, 0, full, 0, header_table(table), 0, 0, FR_ACT_TO_TBL];
-        body.extend_from_slice(&0u32.to_ne_bytes());
-        attr(&mut body, FRA_SRC, &bytes);
-        attr(&mut body, FRA_PRIORITY, &priority.to_ne_bytes());
-        attr(&mut body, FRA_TABLE, &table.to_ne_bytes());
-        self.ack(RTM_NEWRULE, CREATE_NEW, &body)
+        let rule = Rule {
+            table,
+            source: Some(source),
+            family: family_of(source),
+            source_len: full_prefix(source),
+            priority: Some(priority),
+            action: RuleAction::ToTable,
+        };
+        self.socket
+            .ack(RouteNetlinkMessage::NewRule(rule.message()), CREATE_NEW)
             .map_err(|e| e.into_error(format!("cannot add rule from {source} lookup {table}")))
     }
 
@@ -609,25 +453,29 @@ impl RouteSocket {
     /// `table`.
     pub fn rules_in_table(&self, table: u32) -> Result<Vec<Rule>> {
         let replies = self
-            .dump(RTM_GETRULE, &[0u8; FIB_RULE_HDR_LEN], RTM_NEWRULE)
+            .socket
+            .dump(
+                || RouteNetlinkMessage::GetRule(RuleMessage::default()),
+                libc::RTM_NEWRULE,
+            )
             .map_err(|e| e.into_error("cannot list policy rules".into()))?;
         Ok(replies
-            .into_iter()
-            .filter_map(parse_rule_reply)
+            .iter()
+            .filter_map(|p| parse_rule_reply(p))
             .filter(|rule| rule.table == table)
             .collect())
     }
 
     /// Every address of this socket's namespace, with its flags.
     pub fn all_addresses(&self) -> Result<Vec<Addr>> {
-        self.addresses_of(libc::AF_UNSPEC)
+        self.addresses_of(AddressFamily::Unspec)
             .map_err(|e| e.into_error("cannot list addresses".into()))
     }
 
     /// The addresses of link `index`.
     pub fn addresses(&self, index: u32) -> Result<Vec<IpNetwork>> {
         let all = self
-            .addresses_of(libc::AF_UNSPEC)
+            .addresses_of(AddressFamily::Unspec)
             .map_err(|e| e.into_error(format!("cannot list the addresses of link #{index}")))?;
         Ok(all
             .into_iter()
@@ -638,7 +486,7 @@ impl RouteSocket {
 
     /// The IPv6 addresses of link `index`, with their flags.
     pub fn addresses6(&self, index: u32) -> Result<Vec<Addr6>> {
-        let all = self.addresses_of(libc::AF_INET6).map_err(|e| {
+        let all = self.addresses_of(AddressFamily::Inet6).map_err(|e| {
             e.into_error(format!("cannot list the IPv6 addresses of link #{index}"))
         })?;
         Ok(all
@@ -649,9 +497,13 @@ impl RouteSocket {
     }
 
     /// One RTM_GETADDR dump of `family` (the kernel filters by family; the caller by link).
-    fn addresses_of(&self, family: i32) -> std::result::Result<Vec<Addr>, LookupError> {
-        let header = [family as u8, 0, 0, 0, 0, 0, 0, 0];
-        let replies = self.dump(RTM_GETADDR, &header, RTM_NEWADDR)?;
+    fn addresses_of(&self, family: AddressFamily) -> std::result::Result<Vec<Addr>, Failure> {
+        let request = || {
+            let mut message = AddressMessage::default();
+            message.header.family = family;
+            RouteNetlinkMessage::GetAddress(message)
+        };
+        let replies = self.socket.dump(request, libc::RTM_NEWADDR)?;
         Ok(replies.iter().filter_map(|p| parse_addr_reply(p)).collect())
     }
 
@@ -679,11 +531,18 @@ impl RouteSocket {
 
     /// Every route of one family, of every table.
     fn routes(&self, v6: bool) -> Result<Vec<Route>> {
-        let family = if v6 { libc::AF_INET6 } else { libc::AF_INET };
-        let mut header = [0u8; RTMSG_LEN];
-        header[0] = family as u8;
+        let request = || {
+            let mut message = RouteMessage::default();
+            message.header.address_family = if v6 {
+                AddressFamily::Inet6
+            } else {
+                AddressFamily::Inet
+            };
+            RouteNetlinkMessage::GetRoute(message)
+        };
         let replies = self
-            .dump(RTM_GETROUTE, &header, RTM_NEWROUTE)
+            .socket
+            .dump(request, libc::RTM_NEWROUTE)
             .map_err(|e| e.into_error("cannot list routes".into()))?;
         Ok(replies
             .iter()
@@ -691,247 +550,164 @@ impl RouteSocket {
             .collect())
     }
 
-    /// Deletes a rule by sending its message back as RTM_DELRULE (as `ip rule flush` does);
-    /// one already gone is not an error.
+    /// Deletes a rule by what identifies it (family, source, priority, table, action, as
+    /// `ip rule del` sends them); one already gone is not an error.
     pub fn delete_rule(&self, rule: &Rule) -> Result<()> {
-        let request = request(RTM_DELRULE, netlink_packet_core::NLM_F_ACK, &rule.message);
-        match self.exchange(request, 0) {
-            Err(LookupError::Kernel(errno)) if errno == libc::ENOENT => Ok(()),
+        match self
+            .socket
+            .ack(RouteNetlinkMessage::DelRule(rule.message()), 0)
+        {
+            Err(Failure::Kernel(errno)) if errno == libc::ENOENT => Ok(()),
             Err(e) => Err(e.into_error(format!(
                 "cannot delete rule from {:?} lookup {}",
                 rule.source, rule.table
             ))),
-            Ok(_) => Ok(()),
+            Ok(()) => Ok(()),
         }
     }
 
     /// Deletes a link; a link that is already gone is not an error.
     pub fn delete_link(&self, index: u32) -> Result<()> {
-        let mut ifinfo = [0u8; IFINFOMSG_LEN];
-        ifinfo[4..8].copy_from_slice(&index.to_ne_bytes());
-        let request = request(RTM_DELLINK, netlink_packet_core::NLM_F_ACK, &ifinfo);
-        match self.exchange(request, 0) {
-            Err(LookupError::Kernel(errno)) if errno == libc::ENODEV => Ok(()),
+        let mut link = LinkMessage::default();
+        link.header.index = index;
+        match self.socket.ack(RouteNetlinkMessage::DelLink(link), 0) {
+            Err(Failure::Kernel(errno)) if errno == libc::ENODEV => Ok(()),
             Err(e) => Err(e.into_error(format!("cannot delete link #{index}"))),
-            Ok(_) => Ok(()),
-        }
-    }
-
-    /// A dump: `header` (the family's fixed header, for the kernel's family filter) as the
-    /// request, the payloads of the replies of type `reply_type` as the answer.
-    fn dump(
-        &self,
-        msg_type: u16,
-        header: &[u8],
-        reply_type: u16,
-    ) -> std::result::Result<Vec<Vec<u8>>, LookupError> {
-        retry_interrupted(|| {
-            self.exchange(
-                request(msg_type, netlink_packet_core::NLM_F_DUMP, header),
-                reply_type,
-            )
-        })
-    }
-
-    /// Sends a request that the kernel answers with an ACK or an error.
-    fn ack(&self, msg_type: u16, flags: u16, body: &[u8]) -> std::result::Result<(), LookupError> {
-        let request = request(msg_type, netlink_packet_core::NLM_F_ACK | flags, body);
-        self.exchange(request, 0).map(drop)
-    }
-
-    /// Sends `request` (its sequence number filled in here) and returns the payloads of the
-    /// replies of type `reply_type` to it: a dump's up to NLMSG_DONE, a request's one answer,
-    /// none for an ACK.
-    fn exchange(
-        &self,
-        mut request: Vec<u8>,
-        reply_type: u16,
-    ) -> std::result::Result<Vec<Vec<u8>>, LookupError> {
-        let seq = 1 + self.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        request[8..12].copy_from_slice(&seq.to_ne_bytes());
-        self.socket.send(&request, 0).map_err(LookupError::Io)?;
-        let mut buf = Vec::with_capacity(64 * 1024);
-        let mut replies = Vec::new();
-        let mut interrupted = false;
-        loop {
-            buf.clear();
-            let len = self
-                .socket
-                .recv(&mut buf, libc::MSG_TRUNC)
-                .map_err(LookupError::Io)?;
-            if len > buf.len() {
-                return Err(LookupError::Io(std::io::Error::other(format!(
-                    "a {len} byte netlink reply does not fit the {} byte buffer",
-                    buf.len()
-                ))));
-            }
-            // An interrupted dump is still read to its end: the kernel refuses (EBUSY) a new
-            // dump on a socket whose previous one is unfinished.
-            if collect(&buf, seq, reply_type, &mut replies, &mut interrupted)? {
-                return if interrupted {
-                    Err(LookupError::Interrupted)
-                } else {
-                    Ok(replies)
-                };
-            }
+            Ok(()) => Ok(()),
         }
     }
 }
 
-fn malformed(what: &str) -> LookupError {
-    LookupError::Io(std::io::Error::new(
-        std::io::ErrorKind::InvalidData,
-        format!("malformed netlink reply: {what}"),
-    ))
-}
-
-/// Runs a dump again while the kernel marks it interrupted, up to [`DUMP_ATTEMPTS`] times.
-fn retry_interrupted<T>(
-    mut dump: impl FnMut() -> std::result::Result<T, LookupError>,
-) -> std::result::Result<T, LookupError> {
-    for attempt in 1.. {
-        match dump() {
-            Err(LookupError::Interrupted) if attempt < DUMP_ATTEMPTS => {
-                tracing::debug!(attempt, "netlink dump interrupted; reading it again");
-            }
-            other => return other,
+impl Rule {
+    /// The rule as a request: the header's 8-bit table is RT_TABLE_UNSPEC above 255 (as
+    /// iproute2 sends it), the 32-bit FRA_TABLE always follows.
+    fn message(&self) -> RuleMessage {
+        let mut message = RuleMessage::default();
+        message.header.family = self.family;
+        message.header.src_len = self.source_len;
+        message.header.table = header_table(self.table);
+        message.header.action = self.action;
+        if let Some(source) = self.source {
+            message.attributes.push(RuleAttribute::Source(source));
         }
+        if let Some(priority) = self.priority {
+            message.attributes.push(RuleAttribute::Priority(priority));
+        }
+        message.attributes.push(RuleAttribute::Table(self.table));
+        message
     }
-    unreachable!("the loop returns by its last attempt")
 }
 
-/// Feeds one received datagram: appends the payload of each reply of type `reply_type` to
-/// request `seq`, and sets `interrupted` when one carries NLM_F_DUMP_INTR. True when the answer
-/// is complete: NLMSG_DONE (a dump's end), an ACK, or a reply without NLM_F_MULTI (a request's
-/// one answer); a kernel error is its errno.
-fn collect(
-    buf: &[u8],
-    seq: u32,
-    reply_type: u16,
-    out: &mut Vec<Vec<u8>>,
-    interrupted: &mut bool,
-) -> std::result::Result<bool, LookupError> {
-    for message in messages(buf) {
-        let message = message?;
-        if message.seq != seq {
-            continue;
-        }
-        *interrupted |= message.flags & NLM_F_DUMP_INTR != 0;
-        let code = || {
+/// RTM_GETLINK: by name (IFLA_IFNAME) or, without one, a dump; IFLA_EXT_MASK without the
+/// link's counters.
+fn getlink(name: Option<&str>) -> RouteNetlinkMessage {
+    let mut link = LinkMessage::default();
+    if let Some(name) = name {
+        link.attributes
+            .push(LinkAttribute::IfName(name.to_string()));
+    }
+    link.attributes
+        .push(LinkAttribute::ExtMask(vec![LinkExtentMask::SkipStats]));
+    RouteNetlinkMessage::GetLink(link)
+}
+
+/// RTM_NEWLINK of an IPvlan L2 child `name` of link `master`, created in the namespace of
+/// `netns_fd`.
+fn ipvlan_l2(name: &str, master: u32, mtu: Option<u32>, netns_fd: RawFd) -> RouteNetlinkMessage {
+    let mut link = LinkMessage::default();
+    link.attributes
+        .push(LinkAttribute::IfName(name.to_string()));
+    link.attributes.push(LinkAttribute::Link(master));
+    if let Some(mtu) = mtu {
+        link.attributes.push(LinkAttribute::Mtu(mtu));
+    }
+    link.attributes.push(LinkAttribute::NetNsFd(netns_fd));
+    link.attributes.push(LinkAttribute::LinkInfo(vec![
+        LinkInfo::Kind(netlink_packet_route::link::InfoKind::IpVlan),
+        LinkInfo::Data(InfoData::IpVlan(vec![InfoIpVlan::Mode(IpVlanMode::L2)])),
+    ]));
+    RouteNetlinkMessage::NewLink(link)
+}
+
+/// RTM_NEWADDR: IFA_ADDRESS and IFA_LOCAL, and for IPv4 below /31 IFA_BROADCAST.
+fn new_address(index: u32, addr: IpNetwork) -> RouteNetlinkMessage {
+    let mut message = AddressMessage::default();
+    message.header.family = family_of(addr.ip());
+    message.header.prefix_len = addr.prefix();
+    message.header.index = index;
+    message
+        .attributes
+        .push(AddressAttribute::Address(addr.ip()));
+    message.attributes.push(AddressAttribute::Local(addr.ip()));
+    if let IpNetwork::V4(v4) = addr {
+        if v4.prefix() < 31 {
             message
-                .payload
-                .get(..4)
-                .map(|b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
-        };
-        match message.msg_type {
-            NLMSG_ERROR => {
-                return match code() {
-                    Some(0) => Ok(true),
-                    Some(c) if c < 0 => Err(LookupError::Kernel(-c)),
-                    _ => Err(malformed("NLMSG_ERROR without a negative errno")),
-                }
-            }
-            // A dump that fails after it started reports -errno in NLMSG_DONE's payload.
-            NLMSG_DONE => {
-                return match code() {
-                    Some(c) if c < 0 => Err(LookupError::Kernel(-c)),
-                    _ => Ok(true),
-                }
-            }
-            t if t == reply_type && reply_type != 0 => {
-                out.push(message.payload.to_vec());
-                if message.flags & NLM_F_MULTI == 0 {
-                    return Ok(true);
-                }
-            }
-            _ => return Err(malformed("unexpected message type")),
+                .attributes
+                .push(AddressAttribute::Broadcast(v4.broadcast()));
         }
     }
-    Ok(false)
+    RouteNetlinkMessage::NewAddress(message)
 }
 
-/// One netlink message of a datagram.
-struct Message<'a> {
-    msg_type: u16,
-    flags: u16,
-    seq: u32,
-    payload: &'a [u8],
-}
-
-/// The messages of a datagram; a length out of bounds is an error and ends it.
-fn messages(mut buf: &[u8]) -> impl Iterator<Item = std::result::Result<Message<'_>, LookupError>> {
-    std::iter::from_fn(move || {
-        if buf.len() < NLMSG_HDRLEN {
-            return None;
-        }
-        let len = u32_at(buf, 0) as usize;
-        if len < NLMSG_HDRLEN || len > buf.len() {
-            buf = &[];
-            return Some(Err(malformed("message length out of bounds")));
-        }
-        let message = Message {
-            msg_type: u16_at(buf, 4),
-            flags: u16_at(buf, 6),
-            seq: u32_at(buf, 8),
-            payload: &buf[NLMSG_HDRLEN..len],
-        };
-        buf = &buf[len.next_multiple_of(4).min(buf.len())..];
-        Some(Ok(message))
-    })
-}
-
-/// A request: `nlmsghdr` (sequence number 0 until [`RouteSocket::exchange`] sets it) and
-/// `body`.
-fn request(msg_type: u16, flags: u16, body: &[u8]) -> Vec<u8> {
-    let mut buf = vec![0u8; NLMSG_HDRLEN];
-    buf.extend_from_slice(body);
-    let total = u32::try_from(buf.len()).expect("a request is a few bytes long");
-    buf[0..4].copy_from_slice(&total.to_ne_bytes());
-    buf[4..6].copy_from_slice(&msg_type.to_ne_bytes());
-    buf[6..8].copy_from_slice(&(netlink_packet_core::NLM_F_REQUEST | flags).to_ne_bytes());
-    buf
-}
-
-/// The table (FRA_TABLE, else the header's 8-bit field) and source (FRA_SRC) of an RTM_NEWRULE
-/// payload, kept with the payload; None when it is shorter than its header.
-fn parse_rule_reply(payload: Vec<u8>) -> Option<Rule> {
-    let (family, header_table) = (*payload.first()?, u32::from(*payload.get(4)?));
-    let mut table = header_table;
-    let mut source = None;
-    for (kind, value) in attributes(payload.get(FIB_RULE_HDR_LEN..)?) {
-        match kind {
-            FRA_TABLE if value.len() == 4 => table = u32_at(value, 0),
-            FRA_SRC => source = ip_of(i32::from(family), value),
-            _ => {}
-        }
+/// RTM_NEWROUTE of a static unicast route into `table` (RTA_TABLE, which holds tables above
+/// 255), via `gw` (scope universe) or on-link (scope link), with preferred source `src`.
+fn new_route(
+    table: u32,
+    dst: IpNetwork,
+    gw: Option<IpAddr>,
+    dev: u32,
+    src: Option<IpAddr>,
+) -> RouteNetlinkMessage {
+    let mut message = RouteMessage::default();
+    message.header.address_family = family_of(dst.ip());
+    message.header.destination_prefix_length = dst.prefix();
+    message.header.table = header_table(table);
+    message.header.protocol = RouteProtocol::Static;
+    message.header.scope = if gw.is_some() {
+        RouteScope::Universe
+    } else {
+        RouteScope::Link
+    };
+    message.header.kind = RouteType::Unicast;
+    if dst.prefix() > 0 {
+        message
+            .attributes
+            .push(RouteAttribute::Destination(route_address(dst.network())));
     }
-    Some(Rule {
-        table,
-        source,
-        message: payload,
-    })
+    if let Some(gw) = gw {
+        message
+            .attributes
+            .push(RouteAttribute::Gateway(route_address(gw)));
+    }
+    message.attributes.push(RouteAttribute::Oif(dev));
+    if let Some(src) = src {
+        message
+            .attributes
+            .push(RouteAttribute::PrefSource(route_address(src)));
+    }
+    message.attributes.push(RouteAttribute::Table(table));
+    RouteNetlinkMessage::NewRoute(message)
 }
 
-/// Appends attribute `kind` with `value` (and its padding) to `buf`.
-fn attr(buf: &mut Vec<u8>, kind: u16, value: &[u8]) {
-    let len = u16::try_from(4 + value.len()).expect("the plugin's attributes are short");
-    buf.extend_from_slice(&len.to_ne_bytes());
-    buf.extend_from_slice(&kind.to_ne_bytes());
-    buf.extend_from_slice(value);
-    buf.resize(buf.len().next_multiple_of(4), 0);
-}
-
-fn c_string(text: &str) -> Vec<u8> {
-    let mut bytes = text.as_bytes().to_vec();
-    bytes.push(0);
-    bytes
-}
-
-/// An address's family (AF_INET or AF_INET6) and bytes, as netlink carries them.
-fn family_and_bytes(addr: IpAddr) -> (u8, Vec<u8>) {
+fn route_address(addr: IpAddr) -> RouteAddress {
     match addr {
-        IpAddr::V4(a) => (libc::AF_INET as u8, a.octets().to_vec()),
-        IpAddr::V6(a) => (libc::AF_INET6 as u8, a.octets().to_vec()),
+        IpAddr::V4(a) => RouteAddress::Inet(a),
+        IpAddr::V6(a) => RouteAddress::Inet6(a),
+    }
+}
+
+fn family_of(addr: IpAddr) -> AddressFamily {
+    match addr {
+        IpAddr::V4(_) => AddressFamily::Inet,
+        IpAddr::V6(_) => AddressFamily::Inet6,
+    }
+}
+
+/// A host prefix of `addr`'s family: 32 or 128.
+fn full_prefix(addr: IpAddr) -> u8 {
+    match addr {
+        IpAddr::V4(_) => 32,
+        IpAddr::V6(_) => 128,
     }
 }
 
@@ -941,38 +717,83 @@ fn header_table(table: u32) -> u8 {
     u8::try_from(table).unwrap_or(0)
 }
 
+/// The attributes after a message's fixed header of `header_len` bytes, through
+/// netlink-packet-core's iterator; a malformed one ends them (what came before is kept).
+fn attributes(payload: &[u8], header_len: usize) -> impl Iterator<Item = NlaBuffer<&[u8]>> {
+    NlasIterator::new(payload.get(header_len..).unwrap_or_default()).map_while(|nla| nla.ok())
+}
+
+fn u32_of(value: &[u8]) -> Option<u32> {
+    parse_u32(value).ok()
+}
+
+fn string_of(value: &[u8]) -> String {
+    let text = value.split(|&b| b == 0).next().unwrap_or_default();
+    String::from_utf8_lossy(text).into_owned()
+}
+
+/// An address of `family` from an attribute's bytes; None when the length does not match.
+fn ip_of(family: AddressFamily, value: &[u8]) -> Option<IpAddr> {
+    match family {
+        AddressFamily::Inet => <[u8; 4]>::try_from(value).ok().map(IpAddr::from),
+        AddressFamily::Inet6 => <[u8; 16]>::try_from(value).ok().map(IpAddr::from),
+        _ => None,
+    }
+}
+
+/// The [`Rule`] of an RTM_NEWRULE payload (`fib_rule_hdr`, then attributes): the table is
+/// FRA_TABLE, else the header's 8-bit field. Each attribute is decoded alone by
+/// netlink-packet-route (one it cannot decode is skipped). None when the header is short.
+fn parse_rule_reply(payload: &[u8]) -> Option<Rule> {
+    let header = RuleHeader::parse(payload).ok()?;
+    let mut rule = Rule {
+        table: u32::from(header.table),
+        source: None,
+        family: header.family,
+        source_len: header.src_len,
+        priority: None,
+        action: header.action,
+    };
+    for nla in attributes(payload, header.buffer_len()) {
+        match RuleAttribute::parse(&nla) {
+            Ok(RuleAttribute::Table(table)) => rule.table = table,
+            Ok(RuleAttribute::Source(source)) => rule.source = Some(source),
+            Ok(RuleAttribute::Priority(priority)) => rule.priority = Some(priority),
+            _ => {}
+        }
+    }
+    Some(rule)
+}
+
 /// An address of an RTM_NEWADDR or RTM_DELADDR payload (`ifaddrmsg`, then attributes):
 /// IFA_LOCAL (the local end of a point-to-point link), else IFA_ADDRESS; the 32-bit IFA_FLAGS,
 /// which carries what the header's 8 bits cannot (e.g. MANAGETEMPADDR), else the header's.
+/// None without an address, or with a prefix length longer than the address.
 fn parse_addr_reply(payload: &[u8]) -> Option<Addr> {
-    let header = payload.get(..IFADDRMSG_LEN)?;
-    let (family, prefix) = (i32::from(header[0]), header[1]);
-    // Never more bits than the address has: what reads the address (ipv6::decide) may then
-    // rely on it.
-    let max_prefix = match family {
-        libc::AF_INET => 32,
-        libc::AF_INET6 => 128,
-        _ => return None,
-    };
-    if prefix > max_prefix {
-        return None;
-    }
-    let mut flags = AddressFlags::from_bits_retain(u32::from(header[2]));
+    let header = AddressHeader::parse(payload).ok()?;
+    let mut flags = AddressFlags::from_bits_retain(u32::from(header.flags.bits()));
     let (mut address, mut local) = (None, None);
-    for (kind, value) in attributes(&payload[IFADDRMSG_LEN..]) {
-        match kind {
-            IFA_ADDRESS => address = ip_of(family, value),
-            IFA_LOCAL => local = ip_of(family, value),
-            IFA_FLAGS if value.len() == 4 => {
-                flags = AddressFlags::from_bits_retain(u32_at(value, 0))
+    for nla in attributes(payload, header.buffer_len()) {
+        let value = nla.value();
+        match nla.kind() {
+            libc::IFA_ADDRESS => address = ip_of(header.family, value),
+            libc::IFA_LOCAL => local = ip_of(header.family, value),
+            libc::IFA_FLAGS => {
+                if let Some(bits) = u32_of(value) {
+                    flags = AddressFlags::from_bits_retain(bits)
+                }
             }
             _ => {}
         }
     }
+    let ip = local.or(address)?;
+    if header.prefix_len > full_prefix(ip) {
+        return None;
+    }
     Some(Addr {
-        index: u32_at(header, 4),
-        ip: local.or(address)?,
-        prefix,
+        index: header.index,
+        ip,
+        prefix: header.prefix_len,
         flags,
     })
 }
@@ -989,139 +810,88 @@ struct Route {
 }
 
 /// The [`Route`] of an RTM_NEWROUTE payload (`rtmsg`, then attributes): the table is RTA_TABLE,
-/// else the header's 8-bit field. None for a family other than IPv4 and IPv6.
+/// else the header's 8-bit field. None for a family other than IPv4 and IPv6, or a prefix
+/// length longer than the address.
 fn parse_route_reply(payload: &[u8]) -> Option<Route> {
-    let header = payload.get(..RTMSG_LEN)?;
-    let (family, dst_len) = (i32::from(header[0]), header[1]);
+    let header = RouteHeader::parse(payload).ok()?;
+    let family = header.address_family;
     let unspecified = match family {
-        libc::AF_INET => IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
-        libc::AF_INET6 => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
+        AddressFamily::Inet => IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+        AddressFamily::Inet6 => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
         _ => return None,
     };
     let mut route = Route {
         dst: IpNetwork::new(unspecified, 0).ok()?,
-        table: u32::from(header[4]),
+        table: u32::from(header.table),
         oif: None,
         gateway: None,
     };
     let mut dst = unspecified;
-    for (kind, value) in attributes(&payload[RTMSG_LEN..]) {
-        match kind {
-            RTA_DST => dst = ip_of(family, value)?,
-            RTA_OIF if value.len() == 4 => route.oif = Some(u32_at(value, 0)),
-            RTA_GATEWAY => route.gateway = ip_of(family, value),
-            RTA_TABLE if value.len() == 4 => route.table = u32_at(value, 0),
+    for nla in attributes(payload, header.buffer_len()) {
+        let value = nla.value();
+        match nla.kind() {
+            libc::RTA_DST => dst = ip_of(family, value)?,
+            libc::RTA_OIF => route.oif = u32_of(value),
+            libc::RTA_GATEWAY => route.gateway = ip_of(family, value),
+            libc::RTA_TABLE => {
+                if let Some(table) = u32_of(value) {
+                    route.table = table
+                }
+            }
             _ => {}
         }
     }
-    route.dst = IpNetwork::new(dst, dst_len).ok()?;
+    route.dst = IpNetwork::new(dst, header.destination_prefix_length).ok()?;
     Some(route)
 }
 
-/// An address of `family` from an attribute's bytes; None when the length does not match.
-fn ip_of(family: i32, value: &[u8]) -> Option<IpAddr> {
-    match family {
-        libc::AF_INET => <[u8; 4]>::try_from(value).ok().map(IpAddr::from),
-        libc::AF_INET6 => <[u8; 16]>::try_from(value).ok().map(IpAddr::from),
-        _ => None,
-    }
-}
-
-/// RTM_GETLINK for `name`: an empty `ifinfomsg`, IFLA_IFNAME and IFLA_EXT_MASK.
-fn getlink_request(name: &str) -> Vec<u8> {
-    request(RTM_GETLINK, 0, &getlink_body(Some(name)))
-}
-
-/// An RTM_GETLINK body: an empty `ifinfomsg`, IFLA_IFNAME for a lookup by name (none for a
-/// dump), and IFLA_EXT_MASK without the link's counters.
-fn getlink_body(name: Option<&str>) -> Vec<u8> {
-    let mut body = vec![0u8; IFINFOMSG_LEN];
-    if let Some(name) = name {
-        attr(&mut body, IFLA_IFNAME, &c_string(name));
-    }
-    attr(
-        &mut body,
-        IFLA_EXT_MASK,
-        &RTEXT_FILTER_SKIP_STATS.to_ne_bytes(),
-    );
-    body
-}
-
-fn u16_at(buf: &[u8], at: usize) -> u16 {
-    u16::from_ne_bytes([buf[at], buf[at + 1]])
-}
-
-fn u32_at(buf: &[u8], at: usize) -> u32 {
-    u32::from_ne_bytes([buf[at], buf[at + 1], buf[at + 2], buf[at + 3]])
-}
-
-/// The attributes of a netlink attribute stream, as (type, value); a truncated one ends it.
-fn attributes(mut buf: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
-    std::iter::from_fn(move || {
-        if buf.len() < 4 {
-            return None;
-        }
-        let len = usize::from(u16_at(buf, 0));
-        if len < 4 || len > buf.len() {
-            return None;
-        }
-        let item = (u16_at(buf, 2) & NLA_TYPE_MASK, &buf[4..len]);
-        buf = &buf[len.next_multiple_of(4).min(buf.len())..];
-        Some(item)
-    })
-}
-
-fn nul_terminated(value: &[u8]) -> String {
-    let text = value.split(|&b| b == 0).next().unwrap_or_default();
-    String::from_utf8_lossy(text).into_owned()
-}
-
-/// The [`Link`] of an RTM_NEWLINK payload (`ifinfomsg`, then attributes): what [`parse_link`]
-/// takes from netlink-packet-route's decoding, read straight from the bytes. None when the
-/// payload is shorter than its header.
+/// The [`Link`] of an RTM_NEWLINK payload (`ifinfomsg`, then attributes), read lazily: the
+/// header, then only the attributes `Link` holds. None when the payload is shorter than its
+/// header.
 fn parse_link_reply(payload: &[u8]) -> Option<Link> {
-    if payload.len() < IFINFOMSG_LEN {
-        return None;
-    }
+    let header = LinkHeader::parse(payload).ok()?;
     let mut link = Link {
-        index: u32_at(payload, 4),
+        index: header.index,
         name: String::new(),
         mtu: 0,
         mac: Vec::new(),
-        admin_up: u32_at(payload, 8) & IFF_UP != 0,
+        admin_up: header.flags.contains(LinkFlags::Up),
         kind: None,
         ipvlan_mode: None,
         parent: None,
         parent_elsewhere: false,
         alias: None,
     };
-    let u32_of = |v: &[u8]| (v.len() == 4).then(|| u32_at(v, 0));
-    for (kind, value) in attributes(&payload[IFINFOMSG_LEN..]) {
-        match kind {
-            IFLA_IFNAME => link.name = nul_terminated(value),
-            IFLA_MTU => link.mtu = u32_of(value).unwrap_or(0),
-            IFLA_ADDRESS => link.mac = value.to_vec(),
-            IFLA_LINK => link.parent = u32_of(value),
-            IFLA_LINK_NETNSID => link.parent_elsewhere = true,
-            IFLA_IFALIAS => link.alias = Some(nul_terminated(value)),
-            IFLA_LINKINFO => {
+    for nla in attributes(payload, header.buffer_len()) {
+        let value = nla.value();
+        match nla.kind() {
+            libc::IFLA_IFNAME => link.name = string_of(value),
+            libc::IFLA_MTU => link.mtu = u32_of(value).unwrap_or(0),
+            libc::IFLA_ADDRESS => link.mac = value.to_vec(),
+            libc::IFLA_LINK => link.parent = u32_of(value),
+            libc::IFLA_LINK_NETNSID => link.parent_elsewhere = true,
+            libc::IFLA_IFALIAS => link.alias = Some(string_of(value)),
+            libc::IFLA_LINKINFO => {
                 let mut data = None;
-                for (info, value) in attributes(value) {
-                    match info {
-                        IFLA_INFO_KIND => {
-                            link.kind = Some(InfoKind::from(nul_terminated(value).as_str()))
+                for info in attributes(value, 0) {
+                    match info.kind() {
+                        libc::IFLA_INFO_KIND => {
+                            link.kind = Some(InfoKind::from(string_of(info.value()).as_str()))
                         }
-                        IFLA_INFO_DATA => data = Some(value),
+                        libc::IFLA_INFO_DATA => data = Some(info),
                         _ => {}
                     }
                 }
-                // IFLA_INFO_DATA's attributes mean what the kind says they mean.
+                // IFLA_INFO_DATA's attributes mean what the kind says they mean: each is
+                // decoded alone by netlink-packet-route's IPvlan decoder.
                 if link.kind == Some(InfoKind::IpVlan) {
                     link.ipvlan_mode = data
-                        .into_iter()
-                        .flat_map(attributes)
-                        .find(|(t, v)| *t == IFLA_IPVLAN_MODE && v.len() == 2)
-                        .map(|(_, v)| IpVlanMode::from(u16_at(v, 0)));
+                        .iter()
+                        .flat_map(|data| attributes(data.value(), 0))
+                        .find_map(|nla| match InfoIpVlan::parse(&nla) {
+                            Ok(InfoIpVlan::Mode(mode)) => Some(mode),
+                            _ => None,
+                        });
                 }
             }
             _ => {}
@@ -1155,7 +925,7 @@ pub mod fuzzing {
 
     /// An RTM_NEWRULE payload: its table and source.
     pub fn rule(payload: &[u8]) -> Option<(u32, Option<IpAddr>)> {
-        parse_rule_reply(payload.to_vec()).map(|r| (r.table, r.source))
+        parse_rule_reply(payload).map(|r| (r.table, r.source))
     }
 
     /// The address events of a datagram sent by netlink port `sender`.
@@ -1171,11 +941,11 @@ pub mod fuzzing {
         seq: u32,
         reply_type: u16,
     ) -> Option<std::result::Result<Vec<Vec<u8>>, String>> {
-        let (mut out, mut interrupted) = (Vec::new(), false);
+        let mut answer = socket::Answer::default();
         for d in datagrams {
-            match collect(d, seq, reply_type, &mut out, &mut interrupted) {
-                Ok(true) if interrupted => return Some(Err("interrupted".into())),
-                Ok(true) => return Some(Ok(out)),
+            match answer.feed(d, seq, Some(reply_type)) {
+                Ok(true) if answer.interrupted => return Some(Err("interrupted".into())),
+                Ok(true) => return Some(Ok(answer.replies)),
                 Ok(false) => {}
                 Err(e) => return Some(Err(format!("{e:?}"))),
             }
@@ -1187,10 +957,35 @@ pub mod fuzzing {
 #[cfg(test)]
 mod lookup_tests {
     use super::*;
-    use netlink_packet_core::Parseable;
-    use netlink_packet_route::link::{
-        InfoData, InfoIpVlan, LinkAttribute, LinkFlags, LinkInfo, LinkMessage,
+    use libc::{
+        IFA_ADDRESS, IFA_FLAGS, IFA_LOCAL, IFLA_ADDRESS, IFLA_IFALIAS, IFLA_IFNAME, IFLA_INFO_DATA,
+        IFLA_INFO_KIND, IFLA_LINK, IFLA_LINKINFO, IFLA_LINK_NETNSID, IFLA_MTU, RTA_DST,
+        RTA_GATEWAY, RTA_OIF, RTA_TABLE, RTM_DELADDR, RTM_NEWADDR, RTM_NEWLINK,
     };
+    use netlink_packet_core::Parseable;
+    use netlink_packet_core::{NetlinkMessage, NetlinkPayload, NLM_F_REQUEST};
+    use socket::tests::message;
+
+    /// IFLA_IPVLAN_MODE, the first attribute of an IPvlan link's IFLA_INFO_DATA: what
+    /// netlink-packet-route emits for the mode.
+    fn ipvlan_mode_attribute(mode: IpVlanMode) -> Vec<u8> {
+        let mut buf = vec![0u8; InfoIpVlan::Mode(mode).buffer_len()];
+        InfoIpVlan::Mode(mode).emit(&mut buf);
+        buf
+    }
+
+    /// A request as netlink-packet-route decodes it, whole: the reference the typed
+    /// requests are checked with.
+    fn decoded(message: RouteNetlinkMessage) -> RouteNetlinkMessage {
+        let bytes = socket::encode(message, NLM_F_REQUEST, 1);
+        match NetlinkMessage::<RouteNetlinkMessage>::deserialize(&bytes)
+            .expect("decodes")
+            .payload
+        {
+            NetlinkPayload::InnerMessage(inner) => inner,
+            other => panic!("{other:?}"),
+        }
+    }
 
     /// netlink-packet-route's decoding of a link, as the plugin's [`Link`]: the reference the
     /// hand reader is compared with.
@@ -1224,7 +1019,7 @@ mod lookup_tests {
                             LinkInfo::Data(InfoData::IpVlan(data)) => {
                                 for d in data {
                                     if let InfoIpVlan::Mode(m) = d {
-                                        link.ipvlan_mode = Some(IpVlanMode::from(u16::from(m)));
+                                        link.ipvlan_mode = Some(m);
                                     }
                                 }
                             }
@@ -1238,7 +1033,7 @@ mod lookup_tests {
         link
     }
 
-    pub(super) fn nla(kind: u16, value: &[u8]) -> Vec<u8> {
+    fn nla(kind: u16, value: &[u8]) -> Vec<u8> {
         let mut a = Vec::new();
         a.extend_from_slice(&((4 + value.len()) as u16).to_ne_bytes());
         a.extend_from_slice(&kind.to_ne_bytes());
@@ -1263,24 +1058,14 @@ mod lookup_tests {
         p
     }
 
-    pub(super) fn message(msg_type: u16, seq: u32, flags: u16, payload: &[u8]) -> Vec<u8> {
-        let mut m = Vec::new();
-        m.extend_from_slice(&((16 + payload.len()) as u32).to_ne_bytes());
-        m.extend_from_slice(&msg_type.to_ne_bytes());
-        m.extend_from_slice(&flags.to_ne_bytes());
-        m.extend_from_slice(&seq.to_ne_bytes());
-        m.extend_from_slice(&0u32.to_ne_bytes());
-        m.extend_from_slice(payload);
-        m
-    }
-
     fn ipvlan_child() -> Vec<u8> {
         let info = [
             nla(IFLA_INFO_KIND, b"ipvlan\0"),
             nla(
                 IFLA_INFO_DATA | 0x8000,
                 &[
-                    nla(IFLA_IPVLAN_MODE, &0u16.to_ne_bytes()),
+                    ipvlan_mode_attribute(IpVlanMode::L2),
+                    // IFLA_IPVLAN_FLAGS
                     nla(2, &0u16.to_ne_bytes()),
                 ]
                 .concat(),
@@ -1348,131 +1133,165 @@ mod lookup_tests {
         assert_eq!(link.ipvlan_mode, None);
     }
 
-    /// A dump the kernel marks interrupted (NLM_F_DUMP_INTR) was taken as complete (issue #25,
-    /// item 5): it is read to its end, reported interrupted, and read again, up to
-    /// DUMP_ATTEMPTS times, as netlinksafe does.
-    #[test]
-    fn an_interrupted_dump_is_read_again() {
-        let part = |flags| message(RTM_NEWLINK, 5, NLM_F_MULTI | flags, &ipvlan_child());
-        let done = message(NLMSG_DONE, 5, NLM_F_MULTI, &0i32.to_ne_bytes());
-        // What one exchange of these datagrams answers.
-        let answer = |datagrams: &[Vec<u8>]| {
-            let (mut out, mut interrupted) = (Vec::new(), false);
-            for d in datagrams {
-                if collect(d, 5, RTM_NEWLINK, &mut out, &mut interrupted)? {
-                    return if interrupted {
-                        Err(LookupError::Interrupted)
-                    } else {
-                        Ok(out)
-                    };
-                }
-            }
-            panic!("no end of the dump");
-        };
-        let clean = [part(0), [part(0), done.clone()].concat()];
-        let marked = [part(0), [part(NLM_F_DUMP_INTR), done.clone()].concat()];
-        assert_eq!(answer(&clean).unwrap().len(), 2);
-        assert!(matches!(answer(&marked), Err(LookupError::Interrupted)));
-
-        // Interrupted twice, then whole: the third reading is the answer.
-        let mut readings = [&marked, &marked, &clean].into_iter();
-        let got = retry_interrupted(|| answer(readings.next().expect("a reading")));
-        assert_eq!(got.unwrap().len(), 2);
-        // Interrupted every time: an error that says so, after DUMP_ATTEMPTS readings.
-        let mut n = 0;
-        let got = retry_interrupted(|| {
-            n += 1;
-            answer(&marked)
-        });
-        assert_eq!(n, DUMP_ATTEMPTS);
-        let err = got.unwrap_err().into_error("cannot list links".into());
-        assert!(err.to_string().contains("NLM_F_DUMP_INTR"), "{err}");
-    }
-
-    #[test]
-    fn the_replies_to_the_request_are_picked_and_errors_keep_their_errno() {
-        let answer = |buf: &[u8]| {
-            let mut out = Vec::new();
-            collect(buf, 5, RTM_NEWLINK, &mut out, &mut false).map(|done| (done, out))
-        };
-        let other = message(RTM_NEWLINK, 4, 0, &ipvlan_child());
-        let ours = message(RTM_NEWLINK, 5, 0, &ipvlan_child());
-        assert_eq!(answer(&other).unwrap(), (false, vec![]));
-        let (done, replies) = answer(&[other.clone(), ours].concat()).unwrap();
-        assert!(done);
-        assert_eq!(parse_link_reply(&replies[0]).unwrap().name, "net1");
-        // A dump: every NLM_F_MULTI part, then NLMSG_DONE.
-        let part = message(RTM_NEWLINK, 5, NLM_F_MULTI, &ipvlan_child());
-        assert!(!answer(&[part.clone(), part.clone()].concat()).unwrap().0);
-        let dump = [
-            part.clone(),
-            part,
-            message(NLMSG_DONE, 5, NLM_F_MULTI, &0i32.to_ne_bytes()),
-        ];
-        assert_eq!(answer(&dump.concat()).unwrap().1.len(), 2);
-        let ack = message(NLMSG_ERROR, 5, 0, &0i32.to_ne_bytes());
-        assert_eq!(answer(&ack).unwrap(), (true, vec![]));
-        let enodev = message(NLMSG_ERROR, 5, 0, &(-libc::ENODEV).to_ne_bytes());
-        match answer(&enodev) {
-            Err(LookupError::Kernel(errno)) => assert_eq!(errno, libc::ENODEV),
-            other => panic!("{other:?}"),
-        }
-        let mut cut = message(RTM_NEWLINK, 5, 0, &ipvlan_child());
-        cut[0..4].copy_from_slice(&4096u32.to_ne_bytes());
-        assert!(matches!(answer(&cut), Err(LookupError::Io(_))));
-        assert!(matches!(
-            answer(&message(RTM_NEWRULE, 5, 0, &[0; 12])),
-            Err(LookupError::Io(_))
-        ));
-    }
-
     #[test]
     fn the_link_request_names_the_link_and_skips_the_counters() {
-        let req = getlink_request("rdma1");
-        assert_eq!(u32_at(&req, 0) as usize, req.len());
-        assert_eq!(u16_at(&req, 4), RTM_GETLINK);
-        assert_eq!(u16_at(&req, 6), netlink_packet_core::NLM_F_REQUEST);
-        let attrs: Vec<(u16, Vec<u8>)> = attributes(&req[NLMSG_HDRLEN + IFINFOMSG_LEN..])
-            .map(|(t, v)| (t, v.to_vec()))
-            .collect();
+        let RouteNetlinkMessage::GetLink(link) = decoded(getlink(Some("rdma1"))) else {
+            panic!("not RTM_GETLINK");
+        };
         assert_eq!(
-            attrs,
+            link.attributes,
             [
-                (IFLA_IFNAME, b"rdma1\0".to_vec()),
-                (
-                    IFLA_EXT_MASK,
-                    RTEXT_FILTER_SKIP_STATS.to_ne_bytes().to_vec()
-                )
+                LinkAttribute::IfName("rdma1".into()),
+                LinkAttribute::ExtMask(vec![LinkExtentMask::SkipStats])
             ]
         );
     }
 
     #[test]
-    fn a_rule_reads_its_table_and_source() {
-        // fib_rule_hdr: AF_INET, src_len 32, table 252 (the 8-bit field), action 1.
-        let header = [2u8, 0, 32, 0, 252, 0, 0, 1, 0, 0, 0, 0];
-        let rule = |attrs: &[Vec<u8>]| {
-            parse_rule_reply([header.to_vec(), attrs.concat()].concat()).expect("a rule")
+    fn the_ipvlan_child_request_has_its_parent_name_mode_and_namespace() {
+        let RouteNetlinkMessage::NewLink(link) = decoded(ipvlan_l2("net1", 3, Some(9000), 7))
+        else {
+            panic!("not RTM_NEWLINK");
         };
-        let ours = rule(&[
-            nla(FRA_SRC, &[10, 23, 0, 5]),
-            nla(FRA_TABLE, &10_002u32.to_ne_bytes()),
-        ]);
-        assert_eq!(ours.table, 10_002);
-        assert_eq!(ours.source, Some("10.23.0.5".parse().unwrap()));
-        let short_table = rule(&[]);
-        assert_eq!((short_table.table, short_table.source), (252, None));
-        assert!(parse_rule_reply(vec![2, 0, 0]).is_none());
+        assert_eq!(link.header.index, 0);
+        assert_eq!(
+            link.attributes,
+            [
+                LinkAttribute::IfName("net1".into()),
+                LinkAttribute::Link(3),
+                LinkAttribute::Mtu(9000),
+                LinkAttribute::NetNsFd(7),
+                LinkAttribute::LinkInfo(vec![
+                    LinkInfo::Kind(netlink_packet_route::link::InfoKind::IpVlan),
+                    LinkInfo::Data(InfoData::IpVlan(vec![InfoIpVlan::Mode(IpVlanMode::L2)])),
+                ]),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_address_and_route_requests_are_as_ip_sends_them() {
+        let RouteNetlinkMessage::NewAddress(addr) =
+            decoded(new_address(4, "10.9.0.2/16".parse().unwrap()))
+        else {
+            panic!("not RTM_NEWADDR");
+        };
+        assert_eq!(
+            (
+                addr.header.family,
+                addr.header.prefix_len,
+                addr.header.index
+            ),
+            (AddressFamily::Inet, 16, 4)
+        );
+        let ten = IpAddr::from([10, 9, 0, 2]);
+        assert_eq!(
+            addr.attributes,
+            [
+                AddressAttribute::Address(ten),
+                AddressAttribute::Local(ten),
+                AddressAttribute::Broadcast([10, 9, 255, 255].into()),
+            ]
+        );
+        // No broadcast for IPv6 or a /31.
+        for net in ["fd00::2/64", "10.0.0.0/31"] {
+            let RouteNetlinkMessage::NewAddress(a) = decoded(new_address(4, net.parse().unwrap()))
+            else {
+                panic!("not RTM_NEWADDR");
+            };
+            assert_eq!(a.attributes.len(), 2, "{net}");
+        }
+        let src = IpAddr::from([10, 9, 0, 2]);
+        let RouteNetlinkMessage::NewRoute(route) = decoded(new_route(
+            10_004,
+            "10.9.0.0/16".parse().unwrap(),
+            None,
+            4,
+            Some(src),
+        )) else {
+            panic!("not RTM_NEWROUTE");
+        };
+        assert_eq!(
+            route.header.table, 0,
+            "RT_TABLE_UNSPEC: the table is the attribute's"
+        );
+        assert_eq!(route.header.scope, RouteScope::Link);
+        assert_eq!(route.header.protocol, RouteProtocol::Static);
+        assert_eq!(route.header.kind, RouteType::Unicast);
+        assert_eq!(
+            route.attributes,
+            [
+                RouteAttribute::Destination(RouteAddress::Inet([10, 9, 0, 0].into())),
+                RouteAttribute::Oif(4),
+                RouteAttribute::PrefSource(RouteAddress::Inet([10, 9, 0, 2].into())),
+                RouteAttribute::Table(10_004),
+            ]
+        );
+        let gw = IpAddr::from([10, 9, 0, 1]);
+        let RouteNetlinkMessage::NewRoute(default) = decoded(new_route(
+            254,
+            "0.0.0.0/0".parse().unwrap(),
+            Some(gw),
+            4,
+            None,
+        )) else {
+            panic!("not RTM_NEWROUTE");
+        };
+        assert_eq!(
+            (default.header.table, default.header.scope),
+            (254, RouteScope::Universe)
+        );
+        assert_eq!(
+            default.attributes,
+            [
+                RouteAttribute::Gateway(RouteAddress::Inet([10, 9, 0, 1].into())),
+                RouteAttribute::Oif(4),
+                RouteAttribute::Table(254),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_rule_reads_back_as_the_rule_request_it_came_from() {
+        let rule = Rule {
+            table: 10_002,
+            source: Some("10.23.0.5".parse().unwrap()),
+            family: AddressFamily::Inet,
+            source_len: 32,
+            priority: Some(1000),
+            action: RuleAction::ToTable,
+        };
+        let mut payload = vec![0u8; rule.message().buffer_len()];
+        rule.message().emit(&mut payload);
+        let read = parse_rule_reply(&payload).expect("a rule");
+        assert_eq!((read.table, read.source), (10_002, rule.source));
+        assert_eq!(read.message(), rule.message());
+        assert_eq!(
+            RuleMessage::parse(&payload[..]).unwrap(),
+            rule.message(),
+            "netlink-packet-route's full decoding agrees"
+        );
+        let RouteNetlinkMessage::DelRule(del) =
+            decoded(RouteNetlinkMessage::DelRule(read.message()))
+        else {
+            panic!("not RTM_DELRULE");
+        };
+        assert_eq!(del.header.table, 0, "RT_TABLE_UNSPEC above 255");
+        assert_eq!(del.header.src_len, 32);
+        assert_eq!(del.header.action, RuleAction::ToTable);
+    }
+
+    #[test]
+    fn a_rule_reads_its_table_from_the_header_without_fra_table() {
+        // fib_rule_hdr: AF_INET, src_len 0, table 252 (the 8-bit field), action 1.
+        let header = [2u8, 0, 0, 0, 252, 0, 0, 1, 0, 0, 0, 0];
+        let rule = parse_rule_reply(&header).expect("a rule");
+        assert_eq!((rule.table, rule.source), (252, None));
+        assert!(parse_rule_reply(&[2, 0, 0]).is_none());
     }
 
     /// ifaddrmsg (family, prefix length, 8-bit flags, scope, index), then attributes.
-    pub(super) fn addr_payload(
-        family: u8,
-        prefix: u8,
-        flags: u8,
-        index: u32,
-        attrs: &[Vec<u8>],
-    ) -> Vec<u8> {
+    fn addr_payload(family: u8, prefix: u8, flags: u8, index: u32, attrs: &[Vec<u8>]) -> Vec<u8> {
         let mut p = vec![family, prefix, flags, 0];
         p.extend_from_slice(&index.to_ne_bytes());
         p.extend_from_slice(&attrs.concat());
@@ -1513,6 +1332,23 @@ mod lookup_tests {
         assert_eq!(addr.ip, "10.0.0.1".parse::<IpAddr>().unwrap());
         assert_eq!(addr.flags, AddressFlags::PERMANENT);
         assert!(parse_addr_reply(&p2p[..7]).is_none());
+        // A prefix longer than the address is no address.
+        assert!(parse_addr_reply(&addr_payload(
+            2,
+            33,
+            0,
+            3,
+            &[nla(IFA_LOCAL, &[10, 0, 0, 1])]
+        ))
+        .is_none());
+        assert!(parse_addr_reply(&addr_payload(
+            10,
+            129,
+            0,
+            3,
+            &[nla(IFA_ADDRESS, &six.octets())]
+        ))
+        .is_none());
         // No address at all: nothing to report.
         assert!(parse_addr_reply(&addr_payload(2, 24, 0, 3, &[])).is_none());
     }
@@ -1539,40 +1375,40 @@ mod lookup_tests {
             address_events(0, &datagram),
             [AddrEvent::New(want), AddrEvent::Del(want)]
         );
+        // The same datagram from another port than the kernel's is no event at all.
+        assert_eq!(address_events(4242, &datagram), []);
         // A truncated datagram yields what came before the cut.
         let cut = &datagram[..datagram.len() - 3];
         assert_eq!(address_events(0, cut).len(), 2);
     }
 
-    /// A forged or malformed event (issue #25, item 2): a datagram another process sent to the
-    /// subscription socket is no event, and a prefix longer than the address is none either
-    /// (prefix 200 made ipv6::decide panic, which aborts ADD with nothing undone).
+    /// Another process can send to the subscription's port (it is bound to a group, not
+    /// connected to the kernel): such a datagram, here a forged RTM_NEWADDR of a finished
+    /// address, must not end the SLAAC wait. Unprivileged: the socket is in the test's own
+    /// namespace and nothing changes there.
     #[test]
-    fn only_the_kernels_well_formed_address_events_count() {
-        let six: std::net::Ipv6Addr = "2001:db8::5".parse().unwrap();
-        let good = addr_payload(10, 64, 0, 4, &[nla(IFA_ADDRESS, &six.octets())]);
-        let datagram = message(RTM_NEWADDR, 0, 0, &good);
-        assert_eq!(address_events(0, &datagram).len(), 1);
-        assert_eq!(
-            address_events(4242, &datagram),
-            [],
-            "not sent by the kernel"
+    fn an_address_event_not_from_the_kernel_is_dropped() {
+        let mut events = AddrEvents::subscribe_here().expect("subscribe");
+        let mut addr = netlink_sys::SocketAddr::new(0, 0);
+        events
+            .socket
+            .get_address(&mut addr)
+            .expect("the subscription's address");
+        let six: std::net::Ipv6Addr = "fd00:1::5".parse().unwrap();
+        let forged = message(
+            RTM_NEWADDR,
+            0,
+            0,
+            &addr_payload(10, 64, 0x80, 7, &[nla(IFA_ADDRESS, &six.octets())]),
         );
-        for (family, prefix, bytes) in [
-            (10u8, 129u8, &six.octets()[..]),
-            (10, 200, &six.octets()[..]),
-            (2, 33, &[10, 0, 0, 1][..]),
-        ] {
-            let bad = addr_payload(family, prefix, 0, 4, &[nla(IFA_ADDRESS, bytes)]);
-            assert_eq!(
-                parse_addr_reply(&bad),
-                None,
-                "family {family} prefix {prefix}"
-            );
-            assert_eq!(address_events(0, &message(RTM_NEWADDR, 0, 0, &bad)), []);
-        }
-        let v4 = addr_payload(2, 32, 0, 4, &[nla(IFA_ADDRESS, &[10, 0, 0, 1])]);
-        assert_eq!(parse_addr_reply(&v4).unwrap().prefix, 32);
+        let mut sender =
+            netlink_sys::Socket::new(netlink_sys::protocols::NETLINK_ROUTE).expect("socket");
+        sender.bind_auto().expect("bind");
+        sender
+            .send_to(&forged, &addr, 0)
+            .expect("a unicast to the subscription's port");
+        let deadline = Instant::now() + std::time::Duration::from_millis(200);
+        assert_eq!(events.next_until(deadline).expect("poll"), None);
     }
 
     #[test]
@@ -1616,7 +1452,6 @@ mod lookup_tests {
             0,
             "RT_TABLE_UNSPEC, the table in the attribute"
         );
-        assert_eq!(c_string("net1"), b"net1\0");
     }
 }
 
@@ -1948,49 +1783,5 @@ mod tests {
             .unwrap();
         assert_eq!(quiet, None);
         assert!(start.elapsed() >= std::time::Duration::from_millis(200));
-    }
-
-    /// Any process of the pod's namespace may send the subscription socket a datagram (issue
-    /// #25, item 2): a forged RTM_NEWADDR, here a valid-looking global address and one with
-    /// prefix 200, is no event; the kernel's own event after it still is.
-    #[test]
-    #[ignore = "privileged: run in the VM by make vm-rust"]
-    fn address_events_from_another_process_are_dropped() {
-        use super::lookup_tests::{addr_payload, message, nla};
-        let (_t, ns) = TestNs::new("nlverbs5");
-        let host = RouteSocket::current().unwrap();
-        let master = host.link_by_name(&rail()).unwrap().expect("the rail");
-        let (mut events, forger) = AddrEvents::subscribe_with(&ns, || {
-            let mut s = netlink_sys::Socket::new(netlink_sys::protocols::NETLINK_ROUTE).unwrap();
-            s.bind_auto().unwrap();
-            s
-        })
-        .unwrap();
-        let forged: std::net::Ipv6Addr = "2001:db8:66::1".parse().unwrap();
-        let mut datagram = Vec::new();
-        for prefix in [64, 200] {
-            let payload = addr_payload(10, prefix, 0, 1, &[nla(IFA_ADDRESS, &forged.octets())]);
-            datagram.extend(message(RTM_NEWADDR, 0, 0, &payload));
-        }
-        let to = netlink_sys::SocketAddr::new(events.port(), 0);
-        assert_eq!(forger.send_to(&datagram, &to, 0).unwrap(), datagram.len());
-        host.create_ipvlan_l2("nlv5", master.index, None, &ns)
-            .unwrap();
-        let plain = RouteSocket::open_in(&ns).unwrap();
-        let child = plain.link_by_name("nlv5").unwrap().unwrap();
-        let real: IpNetwork = "fd00:91::5/64".parse().unwrap();
-        plain.add_address(child.index, real).unwrap();
-        let deadline = Instant::now() + std::time::Duration::from_secs(5);
-        loop {
-            match events.next_until(deadline).unwrap() {
-                Some(AddrEvent::New(a) | AddrEvent::Del(a)) if a.addr == forged => {
-                    panic!("a forged event came through: {a:?}")
-                }
-                Some(AddrEvent::New(a)) if IpAddr::V6(a.addr) == real.ip() => break,
-                Some(_) => {}
-                None => panic!("no event for {real} within 5 s"),
-            }
-        }
-        plain.delete_link(child.index).unwrap();
     }
 }

@@ -2,18 +2,18 @@
 //! Nothing after this module looks at raw JSON except to hand the IPAM section on.
 
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
 use serde::de::{MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
-use crate::attach::rail;
-use crate::kernel::sysctl::{self, DadMode, Sysctl};
 use crate::protocol::cni;
 use crate::protocol::error::{Error, Result};
 use crate::protocol::logging::LogConf;
+use crate::protocol::rail_inputs;
+use crate::protocol::sysctl_keys::{self, DadMode, Sysctl};
 
 pub const DEFAULT_GID_TIMEOUT: Duration = Duration::from_millis(10_000);
 /// Longest GID wait accepted: kubelet's CNI call itself times out after a few minutes.
@@ -84,7 +84,7 @@ pub struct NetConf {
     pub name: String,
     /// What names the rail (master, deviceID, rdma.device, cni-args); resolved on the node by
     /// `rail::resolve` before ADD or CHECK changes anything.
-    pub rail: rail::Inputs,
+    pub rail: rail_inputs::Inputs,
     pub mtu: Option<u32>,
     /// The IPAM section, handed unchanged to the IPAM plugin.
     pub ipam: Option<Ipam>,
@@ -154,7 +154,7 @@ pub struct SlaacConf {
     pub dad: DadMode,
     pub ra_timeout: Duration,
     /// The child's neighbour retransmit timer until a router announces its own: the length of
-    /// each DAD probe (sysctl::slaac_defaults).
+    /// each DAD probe (sysctl_keys::slaac_defaults).
     pub retrans_time: Duration,
 }
 
@@ -166,7 +166,7 @@ pub const DEFAULT_RA_TIMEOUT: Duration = Duration::from_millis(10_000);
 /// duplicate to answer DAD while making each DAD a tenth as long.
 pub const DEFAULT_RETRANS_TIME: Duration = Duration::from_millis(100);
 /// The kernel waits at least 10 ms (HZ/100) per DAD probe whatever the timer says.
-const RETRANS_TIME_MS: std::ops::RangeInclusive<u64> = 10..=60_000;
+const RETRANS_TIME_MS_RANGE: std::ops::RangeInclusive<u64> = 10..=60_000;
 
 /// Reads just `cniVersion`, so that even a configuration refused later gets its error in the
 /// version the runtime asked for.
@@ -277,19 +277,17 @@ impl NetConf {
             }
         };
         let mut defaults = if conf.arp_sysctls.unwrap_or(true) {
-            sysctl::arp_defaults()
+            sysctl_keys::arp_defaults()
         } else {
             Vec::new()
         };
-        defaults.extend(sysctl::announce_defaults());
+        defaults.extend(sysctl_keys::announce_defaults());
         if let Some(slaac) = &slaac {
-            defaults.extend(sysctl::slaac_defaults(slaac.dad, slaac.retrans_time));
+            defaults.extend(sysctl_keys::slaac_defaults(slaac.dad, slaac.retrans_time));
             if retrans_given {
-                if let Some((key, _)) = conf
-                    .sysctl
-                    .iter()
-                    .find(|(k, _)| sysctl::is_retrans_timer(&k.replace("IFNAME", ifname), ifname))
-                {
+                if let Some((key, _)) = conf.sysctl.iter().find(|(k, _)| {
+                    sysctl_keys::is_retrans_timer(&k.replace("IFNAME", ifname), ifname)
+                }) {
                     return bad(format!(
                         "\"ipv6.retransTimeMs\" and the sysctl {key:?} both set the child's \
                          neighbour retransmit timer: give only one of them"
@@ -302,7 +300,7 @@ impl NetConf {
         let sysctls = if ifname.is_empty() {
             Vec::new()
         } else {
-            sysctl::resolve(defaults.clone(), &conf.sysctl, ifname)?
+            sysctl_keys::resolve(defaults.clone(), &conf.sysctl, ifname)?
         };
         let rdma = match conf.rdma {
             None => RdmaConf {
@@ -312,7 +310,7 @@ impl NetConf {
             },
             Some(r) => {
                 if let Some(d) = &r.device {
-                    if !crate::kernel::rdma::valid_device_name(d) {
+                    if !rail_inputs::valid_rdma_device_name(d) {
                         return bad(format!("\"rdma.device\" {d:?} is not an RDMA device name"));
                     }
                 }
@@ -343,7 +341,7 @@ impl NetConf {
                 return bad(format!("\"logFile\" {file:?} is refused: {e}"));
             }
         }
-        let rail = rail::Inputs::new(
+        let rail = rail_inputs::Inputs::new(
             conf.master,
             rdma.device.clone(),
             conf.device_id,
@@ -353,9 +351,9 @@ impl NetConf {
                 .and_then(Value::as_str)
                 .map(String::from),
             conf.args.as_ref(),
-            rail::AllowedRails::parse(conf.allowed_rails.as_ref())?,
+            rail_inputs::AllowedRails::parse(conf.allowed_rails.as_ref())?,
         )?
-        .with_rails(rail::Rails::parse(conf.rails.as_ref())?)?;
+        .with_rails(rail_inputs::Rails::parse(conf.rails.as_ref())?)?;
         Ok(NetConf {
             cni_version: conf.cni_version,
             name: conf.name,
@@ -373,9 +371,7 @@ impl NetConf {
             },
             prev_result: conf.prev_result,
             raw,
-            device_info_file: crate::attach::device_info::file_from_runtime_config(
-                conf.runtime_config.as_ref(),
-            )?,
+            device_info_file: device_info_file(conf.runtime_config.as_ref())?,
             timeouts,
         })
     }
@@ -386,7 +382,7 @@ impl NetConf {
     /// for each child of a multi-rail attachment.
     pub fn sysctls_for(&self, ifname: &str) -> Result<Vec<Sysctl>> {
         let (defaults, user) = &self.sysctl_spec;
-        sysctl::resolve(defaults.clone(), user, ifname)
+        sysctl_keys::resolve(defaults.clone(), user, ifname)
     }
 
     /// Whether the attachment has a child per rail of `rails`.
@@ -478,14 +474,13 @@ impl NetConf {
                 }
             },
         };
-        let device_info_file =
-            match crate::attach::device_info::file_from_runtime_config(obj.get("runtimeConfig")) {
-                Ok(path) => path,
-                Err(e) => {
-                    ignored.push(format!("{e}; the file is left alone"));
-                    None
-                }
-            };
+        let device_info_file = match device_info_file(obj.get("runtimeConfig")) {
+            Ok(path) => path,
+            Err(e) => {
+                ignored.push(format!("{e}; the file is left alone"));
+                None
+            }
+        };
         let file = text("logFile", &mut ignored)
             .map(PathBuf::from)
             .and_then(|p| match crate::protocol::logging::check_path(&p) {
@@ -519,22 +514,22 @@ impl NetConf {
         };
         // A multi-rail attachment has a child and an IPAM allocation per rail (del.rs): even a
         // `rails` this release cannot read marks the attachment as one.
-        let rails = match rail::Rails::parse(obj.get("rails")) {
+        let rails = match rail_inputs::Rails::parse(obj.get("rails")) {
             Ok(rails) => rails,
             Err(e) => {
                 ignored.push(format!(
                     "{e}; tearing down the children found in the pod and in prevResult"
                 ));
-                Some(rail::Rails::default())
+                Some(rail_inputs::Rails::default())
             }
         };
         let conf = NetConf {
             cni_version,
             name,
             timeouts,
-            rail: rail::Inputs {
+            rail: rail_inputs::Inputs {
                 rails,
-                ..rail::Inputs::default()
+                ..rail_inputs::Inputs::default()
             },
             mtu: None,
             ipam,
@@ -631,7 +626,7 @@ fn slaac_conf(v6: RawIpv6) -> Result<SlaacConf> {
             "ipv6.retransTimeMs",
             v6.retrans_time_ms,
             DEFAULT_RETRANS_TIME,
-            RETRANS_TIME_MS,
+            RETRANS_TIME_MS_RANGE,
             "the kernel waits at least 10 ms per DAD probe",
         )?,
     })
@@ -660,9 +655,9 @@ fn ordered_pairs<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<(String, String)
                         )))
                     }
                 };
-                if out.len() == sysctl::MAX_KEYS {
+                if out.len() == sysctl_keys::MAX_KEYS {
                     // Stops reading the map: its other keys cost nothing more.
-                    return Err(serde::de::Error::custom(sysctl::too_many_keys()));
+                    return Err(serde::de::Error::custom(sysctl_keys::too_many_keys()));
                 }
                 if !seen.insert(k.clone()) {
                     return Err(serde::de::Error::custom(format!(
@@ -675,6 +670,61 @@ fn ordered_pairs<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<(String, String)
         }
     }
     d.deserialize_map(Pairs)
+}
+
+/// Where Multus keeps the device-info files it names per attachment: `cni/` of the
+/// device-info directory (device-info-spec; `/var/run` is `/run` on current distributions).
+/// Its sibling `dp/` holds the device plugins' files, under names anyone can predict
+/// (`<resource>-<pci>-device.json`): never ours to write or remove.
+const CNI_DEVINFO_DIRS: &[&str] = &[
+    "/var/run/k8s.cni.cncf.io/devinfo/cni",
+    "/run/k8s.cni.cncf.io/devinfo/cni",
+];
+
+/// The Multus device-info file (attach/device_info.rs) of `runtimeConfig.CNIDeviceInfoFile`,
+/// checked: absolute, no `..`, a file directly in Multus's per-attachment directory
+/// ([`CNI_DEVINFO_DIRS`]). Whether it is this attachment's file is
+/// `device_info::check_attachment`'s to say (the configuration does not know the container).
+fn device_info_file(runtime_config: Option<&Value>) -> Result<Option<PathBuf>> {
+    let Some(value) = runtime_config.and_then(|r| r.get("CNIDeviceInfoFile")) else {
+        return Ok(None);
+    };
+    let bad = |why: &str| {
+        Err(Error::InvalidConfig(format!(
+            "\"runtimeConfig.CNIDeviceInfoFile\" {value}: {why}; expected the file Multus names \
+             for this attachment, /var/run/k8s.cni.cncf.io/devinfo/cni/<network>-<container \
+             id>_<interface>: leave it to Multus (the NAD's CNIDeviceInfoFile capability)"
+        )))
+    };
+    let Some(text) = value.as_str() else {
+        return bad("not a string");
+    };
+    if text.is_empty() {
+        return Ok(None);
+    }
+    let path = PathBuf::from(text);
+    if !path.is_absolute() {
+        return bad("not absolute");
+    }
+    if path.components().any(|c| c == Component::ParentDir) {
+        return bad("contains '..'");
+    }
+    if path.file_name().is_none() || text.ends_with('/') {
+        return bad("names no file");
+    }
+    // ADD writes and DEL removes this file as root, and a NAD can carry its own
+    // `runtimeConfig` (Multus replaces it only when the NAD declares the capability): confined
+    // to Multus's per-attachment directory, a NAD cannot make DEL delete /etc/shadow or a
+    // device plugin's file in dp/.
+    if !CNI_DEVINFO_DIRS
+        .iter()
+        .any(|d| path.parent() == Some(Path::new(d)))
+    {
+        return bad(
+            "not a file in Multus's per-attachment directory /var/run/k8s.cni.cncf.io/devinfo/cni/",
+        );
+    }
+    Ok(Some(path))
 }
 
 #[cfg(test)]
@@ -852,7 +902,7 @@ mod tests {
         assert!(err.to_string().contains("at most 256 sysctl keys"), "{err}");
         assert!(took < Duration::from_secs(2), "took {took:?}");
         // At the cap, accepted.
-        v["sysctl"] = (0..sysctl::MAX_KEYS)
+        v["sysctl"] = (0..sysctl_keys::MAX_KEYS)
             .map(|i| (format!("net.ipv4.conf.IFNAME.k{i}"), json!("1")))
             .collect::<serde_json::Map<_, _>>()
             .into();
@@ -1015,5 +1065,39 @@ mod tests {
             Some("0.4.0")
         );
         assert_eq!(peek_version(b"garbage"), None);
+    }
+
+    #[test]
+    fn device_info_path_from_runtime_config() {
+        let rc =
+            json!({"CNIDeviceInfoFile": "/var/run/k8s.cni.cncf.io/devinfo/cni/ns-rail-abc_net1"});
+        assert_eq!(
+            device_info_file(Some(&rc)).unwrap(),
+            Some(PathBuf::from(
+                "/var/run/k8s.cni.cncf.io/devinfo/cni/ns-rail-abc_net1"
+            ))
+        );
+        assert_eq!(device_info_file(None).unwrap(), None);
+        assert_eq!(device_info_file(Some(&json!({"mac": "x"}))).unwrap(), None);
+        assert_eq!(
+            device_info_file(Some(&json!({"CNIDeviceInfoFile": ""}))).unwrap(),
+            None
+        );
+        for bad in [
+            json!("relative/x"),
+            json!("/a/../b"),
+            json!("/a/"),
+            json!("/etc/shadow"),
+            json!("/var/run/k8s.cni.cncf.io/devinfo"),
+            json!("/var/run/k8s.cni.cncf.io/devinfo/x"),
+            // The device plugins' folder: names anyone can predict.
+            json!("/var/run/k8s.cni.cncf.io/devinfo/dp/nvidia.com-rdma-0000:3b:00.2-device.json"),
+            json!("/var/run/k8s.cni.cncf.io/devinfo/cni/sub/x"),
+            json!(7),
+        ] {
+            let rc = json!({ "CNIDeviceInfoFile": bad });
+            let err = device_info_file(Some(&rc)).unwrap_err();
+            assert_eq!(err.code(), 7, "{err}");
+        }
     }
 }

@@ -97,7 +97,7 @@ test_fault_netns_deleted_during_add() {
 		"{\"ipam\": {\"type\": \"ipam-killns\", \"subnet\": \"$FAULT_SUBNET\"}}"
 	assert_fails cni_exec ADD /tmp/f-killns.conf /run/netns/fkillns
 	assert_eq "$(cni_code "$OUT")" 105 "netns deleted during ADD: code (stdout: $OUT)"
-	assert_match "$OUT" 'was deleted while ADD ran' "message"
+	assert_match "$OUT" 'was deleted while ADD ran: expected it to outlive the call;' "message"
 	[[ ! -e /run/netns/fkillns ]] || fail "the fake IPAM did not delete the netns"
 	assert_nothing_left fkillns f-killns "netns deleted during ADD"
 	# DEL of the gone pod is success.

@@ -17,6 +17,7 @@ use std::net::Ipv6Addr;
 use std::path::{Path, PathBuf};
 
 use super::{Gid, GidTable, GidType, RdmaPort};
+use crate::protocol::rail_inputs::valid_rdma_device_name;
 
 /// Reads the RDMA part of sysfs from a root (production: `/sys`; tests: a recorded tree).
 #[derive(Debug, Clone)]
@@ -39,7 +40,7 @@ impl Sysfs {
     }
 
     fn device_dir(&self, device: &str) -> io::Result<PathBuf> {
-        if !super::valid_device_name(device) {
+        if !valid_rdma_device_name(device) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!("{device:?} is not a valid RDMA device name"),
