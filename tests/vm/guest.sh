@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# First thing the VM runs (chrooted into the host root, see tests/vm/init): make the VM
+# First thing the VM runs (in the host root, see tests/vm/init and pid1): make the VM
 # kernel's modules reachable, build the Soft-RoCE rails, then run the requested command.
 set -euo pipefail
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin

@@ -62,10 +62,11 @@ trap cleanup EXIT
 ird=$work/initramfs
 mkdir -p "$ird"/{bin,sbin,proc,sys,dev,lower,upper,newroot,modules}
 cp /bin/busybox "$ird/bin/busybox"
-for applet in sh mount umount insmod mkdir chroot setsid poweroff cat echo grep printf chmod sync; do
+for applet in sh mount umount insmod mkdir switch_root cp poweroff cat echo grep; do
 	ln -s busybox "$ird/bin/$applet"
 done
 install -m 0755 "$here/init" "$ird/init"
+install -m 0755 "$here/pid1" "$ird/pid1"
 mdir=$mroot/lib/modules/$kver
 : >"$ird/modules.load"
 for want in virtio_pci 9pnet_virtio 9p overlay; do
