@@ -6,7 +6,7 @@
 #   bin/     kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl (k8s.io/
 #            kubernetes), etcd (go.etcd.io/etcd/server/v3), containerd, ctr and the runc shim
 #            (containerd/v2), runc (opencontainers/runc, with libseccomp), multus,
-#            thin_entrypoint, install_multus (multus-cni.v4)
+#            thin_entrypoint, install_multus, passthru-cni (multus-cni.v4)
 #   registry/  container images as OCI image layouts, one folder per repository, which
 #            tests/k8s/registry.py serves to the node's containerd as registry "localhost": the
 #            pause image, Multus thin, the roce-ipvlan installer image (make image), a changed
@@ -85,14 +85,16 @@ CGO_ENABLED=1 TAGS=seccomp build_go runc "-s -w -X main.version=$(modver runc gi
 	github.com/opencontainers/runc
 build_go multus "-s -w" gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/multus \
 	gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/thin_entrypoint \
-	gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/install_multus
+	gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/install_multus \
+	gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/passthru-cni
 mkdir -p "$cache/manifests"
 cp "$(cd "$here/go/multus" && "$go" list -m -f '{{.Dir}}' gopkg.in/k8snetworkplumbingwg/multus-cni.v4)/deployments/multus-daemonset.yml" \
 	"$cache/manifests/multus-daemonset.yml"
 
 # --- images ---
 builder=${IMAGE_BUILDER:-podman}
-# save_image localhost/REPO:TAG: into the registry folder's OCI layout of REPO, under TAG.
+# save_image localhost/REPO:TAG: into the registry folder's OCI layout of REPO, under TAG (a
+# manifest that TAG named before stays in the layout, untagged).
 save_image() {
 	local ref=${1#localhost/}
 	"$builder" push -q "$1" "oci:$images/${ref%:*}:${ref##*:}"
@@ -116,13 +118,17 @@ cc -static -Os -s -o "$ctx/pause/pause" "$here/images/pause.c"
 build_image localhost/pause:roce-ipvlan "$here/images/Containerfile.pause" "$ctx/pause"
 
 cp "$bin"/{multus,thin_entrypoint,install_multus} "$ctx/multus/"
+cp "$bin/passthru-cni" "$ctx/multus/passthru" # install_multus copies it to the node too
 build_image localhost/multus-cni:v4.2.3-thin "$here/images/Containerfile.multus" "$ctx/multus"
 
 # The installer image: the shipped static binary, built by `make image` (which rebuilds it when
 # the sources changed) under the name the node's kustomization gives it.
 version=$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' "$repo/Cargo.toml")
 installer=${ROCE_IPVLAN_IMAGE:-localhost/roce-ipvlan:$version}
-make -s -C "$repo" image IMAGE="$installer" >&2
+make -s -C "$repo" image IMAGE="$installer" >"$cache/image.log" 2>&1 || {
+	cat "$cache/image.log" >&2
+	exit 1
+}
 static=$(make -s -C "$repo" static-bin)
 want=$(sha256sum "$repo/$static" | cut -c1-16)
 stamp=$images/.stamp-installer

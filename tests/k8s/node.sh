@@ -187,7 +187,7 @@ pull_images() {
 	local d r tag
 	for d in "$cache"/registry/*/; do
 		r=$(basename "$d")
-		for tag in $(jq -r '.manifests[].annotations["org.opencontainers.image.ref.name"]' "$d/index.json"); do
+		for tag in $(jq -r '.manifests[].annotations["org.opencontainers.image.ref.name"] // empty' "$d/index.json"); do
 			[[ $tag == rollout ]] && continue # pulled when the rollout test rolls it out
 			ctr -n k8s.io images pull --hosts-dir "$k8s/certs.d" "localhost/$r:$tag" >/dev/null || return 1
 		done

@@ -5,7 +5,9 @@ module roce-ipvlan.test/k8s/multus
 go 1.26
 
 tool (
+	gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/install_multus
 	gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/multus
+	gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/passthru-cni
 	gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/thin_entrypoint
 )
 
