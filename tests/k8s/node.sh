@@ -36,7 +36,7 @@ bringup_failed() {
 	echo "node: the cluster did not come up; last lines of each log:" >&2
 	for f in "$logs"/*.log; do
 		echo "--- $(basename "$f")" >&2
-		grep -v 'configmap_cafile_content\|cacher.go' "$f" | tail -n 25 | cut -c1-600 >&2
+		tail -n 400 "$f" | grep -v 'configmap_cafile_content\|cacher.go' | tail -n 25 | cut -c1-600 >&2 || true
 	done
 	kubectl get nodes,pods -A -o wide >&2 2>/dev/null || true
 }
@@ -243,7 +243,9 @@ install_multus
 kubectl apply -k "$here/manifests/installer" >/dev/null
 wait_for 300 "the node to be Ready" node_ready
 wait_for 600 "Multus's and roce-ipvlan's DaemonSets to be ready" daemonsets_ready
-wait_for 120 "Multus's configuration" test -s /etc/cni/net.d/00-multus.conf
+# 00-multus.conflist when the default network's file is a 1.0.0 conflist, else 00-multus.conf.
+wait_for 120 "Multus's configuration" compgen -G '/etc/cni/net.d/00-multus.conf*'
+
 step "cluster ready; running $*"
 trap - ERR
 

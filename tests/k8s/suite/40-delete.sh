@@ -4,6 +4,7 @@
 # restarts in the middle of an attachment.
 
 baseline() { echo "$(host_local_count) $(devinfo_count) $(children_count)"; }
+back_to() { [[ $(baseline) == "$1" ]]; } # for wait_for, which runs its command again each try
 
 test_delete_leaves_nothing() {
 	local before
@@ -24,7 +25,7 @@ test_force_delete_leaves_nothing() {
 	wait_pod_ready force1 300 || fail "pod force1 not Ready"
 	kubectl delete pod force1 --grace-period=0 --force >/dev/null 2>&1
 	# The API object goes at once; kubelet tears the sandbox down after.
-	wait_for 120 "kubelet to tear force1 down" test "$(baseline)" == "$before" ||
+	wait_for 300 "kubelet to tear force1 down" back_to "$before" ||
 		fail "after a force delete: expected '$before' (allocations devinfo children), found '$(baseline)'"
 }
 
@@ -42,6 +43,6 @@ test_containerd_restart_mid_attach() {
 	wait_pod_ready restart1 400 || { kubectl describe pod restart1 | tail -n 12; fail "restart1 not Ready after the containerd restart"; }
 	verify_pod_rail restart1 net3 rdma2 >/dev/null
 	kubectl delete pod restart1 --wait=true --timeout=120s >/dev/null
-	wait_for 120 "nothing left of restart1" test "$(baseline)" == "$before" ||
+	wait_for 120 "nothing left of restart1" back_to "$before" ||
 		fail "after containerd restarted mid-attachment and the pod was deleted: expected '$before', found '$(baseline)'"
 }
