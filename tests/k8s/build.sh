@@ -6,7 +6,8 @@
 #   bin/     kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl (k8s.io/
 #            kubernetes), etcd (go.etcd.io/etcd/server/v3), containerd, ctr and the runc shim
 #            (containerd/v2), runc (opencontainers/runc, with libseccomp), multus,
-#            thin_entrypoint, install_multus, passthru-cni (multus-cni.v4)
+#            thin_entrypoint, install_multus, passthru-cni (multus-cni.v4), railpf (our device
+#            plugin offering the rails by PCI address, tests/k8s/go/railpf)
 #   registry/  container images as OCI image layouts, one folder per repository, which
 #            tests/k8s/registry.py serves to the node's containerd as registry "localhost": the
 #            pause image, Multus thin, the roce-ipvlan installer image (make image), a changed
@@ -87,6 +88,8 @@ build_go multus "-s -w" gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/multus \
 	gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/thin_entrypoint \
 	gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/install_multus \
 	gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/passthru-cni
+# The rails' device plugin (stands in for the SR-IOV network device plugin, which the proxy refuses).
+build_go railpf "-s -w" roce-ipvlan.test/k8s/railpf
 mkdir -p "$cache/manifests"
 cp "$(cd "$here/go/multus" && "$go" list -m -f '{{.Dir}}' gopkg.in/k8snetworkplumbingwg/multus-cni.v4)/deployments/multus-daemonset.yml" \
 	"$cache/manifests/multus-daemonset.yml"

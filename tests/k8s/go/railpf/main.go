@@ -1,0 +1,149 @@
+// railpf: a minimal Kubernetes device plugin for the test node, in the role the SR-IOV network
+// device plugin plays on the field report's clusters (nvidia.com/hostdev, rail PFs offered by PCI
+// address). The Go module proxy refuses that plugin's module, so this stands in for it with the
+// same contract towards kubelet and Multus: one device per rail netdev, its ID the netdev's PCI
+// address (what Multus reads from kubelet's pod-resources and hands the CNI plugin as deviceID),
+// and Allocate mounting the rail's RDMA character devices and setting PCIDEVICE_<RESOURCE>.
+//
+//	railpf -resource nvidia.com/hostdev -netdevs 'rdma*'
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+)
+
+type rail struct {
+	netdev, pci string
+	devs       []string // /dev/infiniband/* of the rail's RDMA device, and rdma_cm
+}
+
+type server struct {
+	pluginapi.UnimplementedDevicePluginServer
+	resource string
+	rails    map[string]rail // by PCI address
+}
+
+// discover: netdevs matching the glob that sit on a PCI function, with their RDMA device's
+// uverbs node (Soft-RoCE names its netdev in the device's "parent" attribute).
+func discover(glob string) (map[string]rail, error) {
+	names, err := filepath.Glob("/sys/class/net/" + glob)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]rail{}
+	for _, p := range names {
+		nd := filepath.Base(p)
+		dev, err := filepath.EvalSymlinks(p + "/device")
+		if err != nil {
+			continue // not on a PCI function
+		}
+		r := rail{netdev: nd, pci: filepath.Base(dev)}
+		verbs, _ := filepath.Glob("/sys/class/infiniband_verbs/uverbs*")
+		for _, v := range verbs {
+			ib, err := os.ReadFile(v + "/ibdev")
+			if err != nil {
+				continue
+			}
+			parent, err := os.ReadFile("/sys/class/infiniband/" + strings.TrimSpace(string(ib)) + "/parent")
+			if err == nil && strings.TrimSpace(string(parent)) == nd {
+				r.devs = append(r.devs, "/dev/infiniband/"+filepath.Base(v))
+			}
+		}
+		r.devs = append(r.devs, "/dev/infiniband/rdma_cm")
+		out[r.pci] = r
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no netdev matching %q sits on a PCI function", glob)
+	}
+	return out, nil
+}
+
+func (s *server) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
+	return &pluginapi.DevicePluginOptions{}, nil
+}
+
+func (s *server) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
+	var devs []*pluginapi.Device
+	for pci := range s.rails {
+		devs = append(devs, &pluginapi.Device{ID: pci, Health: pluginapi.Healthy})
+	}
+	sort.Slice(devs, func(i, j int) bool { return devs[i].ID < devs[j].ID })
+	if err := stream.Send(&pluginapi.ListAndWatchResponse{Devices: devs}); err != nil {
+		return err
+	}
+	<-stream.Context().Done()
+	return nil
+}
+
+func (s *server) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+	env := "PCIDEVICE_" + strings.NewReplacer(".", "_", "/", "_").Replace(strings.ToUpper(s.resource))
+	resp := &pluginapi.AllocateResponse{}
+	for _, c := range req.ContainerRequests {
+		car := &pluginapi.ContainerAllocateResponse{Envs: map[string]string{env: strings.Join(c.DevicesIds, ",")}}
+		seen := map[string]bool{}
+		for _, id := range c.DevicesIds {
+			r, ok := s.rails[id]
+			if !ok {
+				return nil, fmt.Errorf("unknown device %q", id)
+			}
+			for _, d := range r.devs {
+				if !seen[d] {
+					seen[d] = true
+					car.Devices = append(car.Devices, &pluginapi.DeviceSpec{ContainerPath: d, HostPath: d, Permissions: "rw"})
+				}
+			}
+		}
+		resp.ContainerResponses = append(resp.ContainerResponses, car)
+	}
+	return resp, nil
+}
+
+func main() {
+	resource := flag.String("resource", "nvidia.com/hostdev", "extended resource name")
+	glob := flag.String("netdevs", "rdma*", "netdevs offered (glob)")
+	flag.Parse()
+	rails, err := discover(*glob)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, r := range rails {
+		log.Printf("offering %s (netdev %s, %s)", r.pci, r.netdev, strings.Join(r.devs, " "))
+	}
+	sock := filepath.Join(pluginapi.DevicePluginPath, "railpf.sock")
+	_ = os.Remove(sock)
+	lis, err := net.Listen("unix", sock)
+	if err != nil {
+		log.Fatal(err)
+	}
+	g := grpc.NewServer()
+	pluginapi.RegisterDevicePluginServer(g, &server{resource: *resource, rails: rails})
+	go func() { log.Fatal(g.Serve(lis)) }()
+
+	conn, err := grpc.NewClient("unix://"+pluginapi.KubeletSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := pluginapi.NewRegistrationClient(conn).Register(ctx, &pluginapi.RegisterRequest{
+		Version: pluginapi.Version, Endpoint: filepath.Base(sock), ResourceName: *resource,
+	}); err != nil {
+		log.Fatalf("registering with kubelet: %v", err)
+	}
+	conn.Close()
+	log.Printf("registered %s with kubelet", *resource)
+	select {}
+}

@@ -1,0 +1,67 @@
+# shellcheck shell=bash
+# Rails chosen by the device plugin (examples/a100-one-nad-deviceid.yaml): the NAD's resourceName
+# makes Multus take one allocated nvidia.com/hostdev device per reference, read its PCI address
+# from kubelet's pod-resources and pass it as deviceID. The devices come from railpf, the node's
+# device plugin offering the rails by PCI address (tests/k8s/go/railpf: it stands in for the
+# SR-IOV network device plugin, which the Go module proxy refuses).
+
+# example_nad FILE NAME IPAM_JSON: the example's NAD as users apply it, with its IPAM swapped for
+# IPAM_JSON (nv-ipam's module is refused by the proxy too) and nothing else changed.
+example_nad() {
+	kubectl create --dry-run=client -o json -f "$ROCE_REPO/$1" |
+		jq --arg name "$2" --argjson ipam "$3" \
+			'.items[] | select(.kind == "NetworkAttachmentDefinition" and .metadata.name == $name)
+			 | .spec.config |= (fromjson | .ipam = $ipam | tojson)' |
+		kubectl apply -f - >/dev/null
+}
+
+pci_of() { basename "$(readlink -f "/sys/class/net/$1/device")"; }
+
+test_deviceid_pod_gets_a_child_on_each_allocated_rail() {
+	local status ifn rail pci alloc seen=()
+	example_nad examples/a100-one-nad-deviceid.yaml rdma-rails '{"type": "host-local", "ranges": [[{"subnet": "10.58.0.0/24"}]]}'
+	assert_eq "$(kubectl get node "$K8S_NODE" -o jsonpath='{.status.allocatable.nvidia\.com/hostdev}')" 4 \
+		"nvidia.com/hostdev devices the node offers (railpf: rdma0..rdma3)"
+	kubectl apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Pod
+metadata:
+  name: two-devices
+  annotations:
+    k8s.v1.cni.cncf.io/networks: rdma-rails, rdma-rails
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+    - name: main
+      image: $TESTPOD_IMAGE
+      imagePullPolicy: IfNotPresent
+      command: ["sleep", "infinity"]
+      resources:
+        requests: { nvidia.com/hostdev: 2 }
+        limits: { nvidia.com/hostdev: 2 }
+      securityContext:
+        capabilities: { add: ["IPC_LOCK"] }
+YAML
+	wait_pod_ready two-devices 300 || { kubectl describe pod two-devices | tail -n 15; fail "pod two-devices is not Ready"; }
+	# What kubelet allocated, as the device plugin's Allocate told the container.
+	alloc=$(in_pod two-devices printenv PCIDEVICE_NVIDIA_COM_HOSTDEV)
+	note "allocated: $alloc"
+	status=$(netstatus two-devices)
+	note "network-status: $(jq -c '[.[] | {name, interface, ips, "device-info"}]' <<<"$status")"
+	for ifn in net1 net2; do
+		pci=$(jq -r --arg i "$ifn" '.[] | select(.interface == $i) | ."device-info".pci."pci-address"' <<<"$status")
+		[[ ,$alloc, == *",$pci,"* ]] || fail "device-info of $ifn names $pci, not one of the allocated devices ($alloc)"
+		# The child sits on the rail whose PCI function is that device.
+		rail=
+		for r in rdma0 rdma1 rdma2 rdma3; do [[ $(pci_of "$r") == "$pci" ]] && rail=$r; done
+		[[ -n $rail ]] || fail "no rail has PCI address $pci"
+		verify_pod_rail two-devices "$ifn" "$rail" >/dev/null
+		assert_eq "$(jq -r --arg i "$ifn" '.[] | select(.interface == $i) | ."device-info".pci."rdma-device"' <<<"$status")" \
+			"$(rail_rdma_dev "$rail")" "device-info rdma-device of $ifn"
+		seen+=("$pci")
+	done
+	[[ ${seen[0]} != "${seen[1]}" ]] || fail "both children on one device (${seen[0]})"
+	[[ $(devinfo_count) -ge 2 ]] || fail "expected the plugin's 2 device-info files on the node, found $(devinfo_count)"
+	kubectl delete pod two-devices --wait=true --timeout=120s >/dev/null
+	assert_eq "$(devinfo_count) $(children_count)" "0 0" "device-info files and children after the pod's deletion"
+}
