@@ -33,6 +33,7 @@ pub(crate) mod attach {
     pub(crate) mod ipam;
     pub(crate) mod ipv6;
     pub(crate) mod ipvlan;
+    pub(crate) mod pod_record;
     pub(crate) mod rail;
     pub(crate) mod routing;
     pub(crate) mod undo;
@@ -48,8 +49,10 @@ pub(crate) mod commands {
 /// The operator subcommands (`roce-ipvlan <subcommand>`).
 pub(crate) mod tools {
     pub(crate) mod cli;
+    pub(crate) mod annotate;
     pub(crate) mod diagnose;
     pub(crate) mod install;
+    pub(crate) mod kube;
     pub(crate) mod ready;
     pub(crate) mod validate;
     pub(crate) mod workload_env;

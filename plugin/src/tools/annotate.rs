@@ -1,0 +1,463 @@
+//! The installer's pod annotations: every few seconds it reads the attachment records the
+//! plugin leaves on the node (pod_record.rs) and publishes each pod's RoCE GIDs in the pod's
+//! object, so that `kubectl get pod -o yaml` shows which GID index each rail got:
+//!
+//! ```text
+//! roce-ipvlan.io/gids: '[{"interface":"net1","rail":"rdma0","device":"mlx5_0","port":1,"gidIndex":3,"gid":"0000:0000:0000:0000:0000:ffff:0a00:0005"}]'
+//! ```
+//!
+//! One JSON list per pod, every attachment's children in interface order. A pod is patched only
+//! when its list changed; a pod whose records are gone (DEL) gets the annotation removed. Each
+//! patch carries the pod's UID: the API server refuses it for a pod recreated under the same
+//! name (the UID is immutable), so a new pod never shows a dead sandbox's GIDs; the records of
+//! such a pod, or of one deleted, are skipped until DEL or GC removes them. What was published
+//! is kept in a file beside the records (tmpfs too), so a restarted installer still removes
+//! the annotation of a pod detached meanwhile.
+//!
+//! Failures (the API server unreachable, RBAC missing) go to the pod's log with what to do,
+//! once per pod and message, and are retried on the next pass; they never stop the installer
+//! or touch its readiness.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::attach::pod_record::{self, PodRef, Record};
+use crate::tools::kube::{Client, Response};
+
+/// The annotation's key.
+pub const ANNOTATION: &str = "roce-ipvlan.io/gids";
+
+/// Where the installer sees the plugin's state directory (/run/roce-ipvlan on the host).
+pub const DEFAULT_STATE_DIR: &str = "/host/run/roce-ipvlan";
+
+/// How often the records are read.
+pub const INTERVAL: Duration = Duration::from_secs(3);
+
+/// One child of a pod's attachments, as the annotation lists it.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Entry<'a> {
+    interface: &'a str,
+    rail: &'a str,
+    device: &'a str,
+    port: u32,
+    gid_index: u32,
+    gid: &'a str,
+}
+
+/// The annotation each pod should have: its records' children, in interface order.
+pub fn desired(records: &[Record]) -> BTreeMap<PodRef, String> {
+    let mut by_pod: BTreeMap<&PodRef, Vec<Entry<'_>>> = BTreeMap::new();
+    for record in records {
+        by_pod
+            .entry(&record.pod)
+            .or_default()
+            .extend(record.rails.iter().map(|r| Entry {
+                interface: &r.interface,
+                rail: &r.rail,
+                device: &r.device,
+                port: r.port,
+                gid_index: r.gid_index,
+                gid: &r.gid,
+            }));
+    }
+    by_pod
+        .into_iter()
+        .map(|(pod, mut entries)| {
+            entries.sort_by(|a, b| a.interface.cmp(b.interface));
+            let value = serde_json::to_string(&entries).expect("entries always serialize");
+            (pod.clone(), value)
+        })
+        .collect()
+}
+
+/// What to patch: pods whose annotation differs from what was published (the value), and pods
+/// published before whose records are gone (None: remove the annotation). Pods known to be
+/// gone or recreated are left out.
+pub fn plan(
+    desired: &BTreeMap<PodRef, String>,
+    published: &BTreeMap<PodRef, String>,
+    gone: &BTreeSet<PodRef>,
+) -> Vec<(PodRef, Option<String>)> {
+    let mut changes: Vec<(PodRef, Option<String>)> = desired
+        .iter()
+        .filter(|(pod, value)| !gone.contains(*pod) && published.get(*pod) != Some(*value))
+        .map(|(pod, value)| (pod.clone(), Some(value.clone())))
+        .collect();
+    changes.extend(
+        published
+            .keys()
+            .filter(|pod| !desired.contains_key(*pod))
+            .map(|pod| (pod.clone(), None)),
+    );
+    changes
+}
+
+/// The JSON merge patch (RFC 7386) that sets or removes the annotation, with the UID as a
+/// precondition.
+pub fn patch_body(pod: &PodRef, value: Option<&str>) -> String {
+    serde_json::json!({
+        "metadata": {
+            "uid": pod.uid,
+            "annotations": { ANNOTATION: value },
+        }
+    })
+    .to_string()
+}
+
+/// The pod's API path; its names were checked (PodRef::is_valid), so they need no escaping.
+pub fn pod_path(pod: &PodRef) -> String {
+    format!("/api/v1/namespaces/{}/pods/{}", pod.namespace, pod.name)
+}
+
+/// How a patch went.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Done,
+    /// The pod no longer exists, or another pod has its name now.
+    Gone,
+    Failed(String),
+}
+
+/// Judges the API server's answer to a patch of `pod`.
+pub fn judge(pod: &PodRef, response: &Response) -> Outcome {
+    let message = response.message();
+    match response.status {
+        200..=299 => Outcome::Done,
+        404 => Outcome::Gone,
+        // The UID precondition: 409 "Precondition failed: UID", or 422 "uid: field is
+        // immutable", depending on where the API server checks it.
+        409 | 422 if message.to_ascii_lowercase().contains("uid") => Outcome::Gone,
+        401 => Outcome::Failed(format!(
+            "the API server refused the service account token (401 Unauthorized: {message}): \
+             check that the installer's pod mounts its token (automountServiceAccountToken) \
+             and that its service account exists"
+        )),
+        403 => Outcome::Failed(format!(
+            "the installer may not patch pod {pod} (403 Forbidden: {message}): its service \
+             account needs the verb \"patch\" on the resource \"pods\" (core API group); apply \
+             the ClusterRole and ClusterRoleBinding roce-ipvlan-installer of deploy/ or the \
+             chart (docs/deploy.md#gid-indexes-in-the-pod-object)"
+        )),
+        status => Outcome::Failed(format!(
+            "patching pod {pod} got HTTP {status}: {message}; retried on the next pass"
+        )),
+    }
+}
+
+/// The annotator's memory: what it published, what it found gone, what it last logged.
+pub struct Annotator {
+    client: Client,
+    records: PathBuf,
+    state_file: PathBuf,
+    published: BTreeMap<PodRef, String>,
+    gone: BTreeSet<PodRef>,
+    logged: BTreeMap<PodRef, String>,
+    skipped: BTreeSet<PathBuf>,
+}
+
+#[derive(Serialize, serde::Deserialize)]
+struct Published {
+    pod: PodRef,
+    value: String,
+}
+
+impl Annotator {
+    /// Reads what an earlier installer published (the state file under `state_dir`).
+    pub fn new(client: Client, state_dir: &Path) -> Annotator {
+        let state_file = state_dir.join("annotated.json");
+        let published = std::fs::read(&state_file)
+            .ok()
+            .and_then(|text| serde_json::from_slice::<Vec<Published>>(&text).ok())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|p| p.pod.is_valid())
+            .map(|p| (p.pod, p.value))
+            .collect();
+        Annotator {
+            client,
+            records: state_dir.join("attachments"),
+            state_file,
+            published,
+            gone: BTreeSet::new(),
+            logged: BTreeMap::new(),
+            skipped: BTreeSet::new(),
+        }
+    }
+
+    /// One pass: read the records, patch what changed, remember it.
+    pub fn pass(&mut self) {
+        let entries = match pod_record::read_all(&self.records) {
+            Ok(e) => e,
+            Err(e) => {
+                self.log_once(
+                    None,
+                    format!("cannot read {}: {e}", self.records.display()),
+                );
+                return;
+            }
+        };
+        let mut records = Vec::with_capacity(entries.len());
+        for (path, record) in entries {
+            match record {
+                Ok(r) => records.push(r),
+                Err(why) => {
+                    if self.skipped.insert(path.clone()) {
+                        eprintln!(
+                            "roce-ipvlan annotate: {} skipped: {why}",
+                            path.display()
+                        );
+                    }
+                }
+            }
+        }
+        let desired = desired(&records);
+        // Forget what no record names any more: bounded by the node's records.
+        self.gone.retain(|pod| desired.contains_key(pod));
+        self.logged
+            .retain(|pod, _| desired.contains_key(pod) || self.published.contains_key(pod));
+        let changes = plan(&desired, &self.published, &self.gone);
+        if changes.is_empty() {
+            return;
+        }
+        for (pod, value) in changes {
+            let outcome = match self.client.patch(
+                &pod_path(&pod),
+                "application/merge-patch+json",
+                patch_body(&pod, value.as_deref()).as_bytes(),
+            ) {
+                Ok(response) => judge(&pod, &response),
+                Err(e) => Outcome::Failed(format!(
+                    "cannot patch pod {pod}: {e}; retried on the next pass"
+                )),
+            };
+            match outcome {
+                Outcome::Done => {
+                    match &value {
+                        Some(v) => {
+                            println!("annotated pod {pod}: {ANNOTATION}={v}");
+                            self.published.insert(pod.clone(), v.clone());
+                        }
+                        None => {
+                            println!("removed {ANNOTATION} from pod {pod}: no attachment left");
+                            self.published.remove(&pod);
+                        }
+                    }
+                    self.logged.remove(&pod);
+                }
+                Outcome::Gone => {
+                    println!(
+                        "pod {pod} is gone or was recreated: its attachment records are not \
+                         published (DEL or GC removes them)"
+                    );
+                    self.published.remove(&pod);
+                    if value.is_some() {
+                        self.gone.insert(pod);
+                    }
+                }
+                Outcome::Failed(message) => self.log_once(Some(&pod), message),
+            }
+        }
+        self.save();
+    }
+
+    fn log_once(&mut self, pod: Option<&PodRef>, message: String) {
+        let key = pod.cloned().unwrap_or(PodRef {
+            namespace: String::new(),
+            name: String::new(),
+            uid: String::new(),
+        });
+        if self.logged.get(&key) != Some(&message) {
+            eprintln!("roce-ipvlan annotate: {message}");
+            self.logged.insert(key, message);
+        }
+    }
+
+    fn save(&mut self) {
+        let list: Vec<Published> = self
+            .published
+            .iter()
+            .map(|(pod, value)| Published {
+                pod: pod.clone(),
+                value: value.clone(),
+            })
+            .collect();
+        let text = serde_json::to_vec(&list).expect("the published list always serializes");
+        if let Err(e) = crate::kernel::atomic_file::write(&self.state_file, &text, 0o644) {
+            self.log_once(
+                None,
+                format!(
+                    "cannot save what was published to {}: {e} (a restarted installer may leave \
+                     an annotation of a pod detached meanwhile)",
+                    self.state_file.display()
+                ),
+            );
+        }
+    }
+}
+
+/// Starts the annotator on a thread of its own, when the installer runs in a cluster
+/// (`KUBERNETES_SERVICE_HOST`) on a node (`NODE_NAME`, the downward API): the DaemonSet sets
+/// both. Otherwise it says why it does not run.
+pub fn start(state_dir: &Path) {
+    let node = std::env::var("NODE_NAME").ok().filter(|n| !n.is_empty());
+    let client = match (Client::in_cluster(), node) {
+        (Ok(Some(client)), Some(node)) => {
+            println!(
+                "publishing the GID indexes of node {node}'s pods as their {ANNOTATION} \
+                 annotation (API server {}, records in {})",
+                client.endpoint(),
+                state_dir.join("attachments").display()
+            );
+            client
+        }
+        (Ok(None), _) => {
+            println!(
+                "not annotating pods: KUBERNETES_SERVICE_HOST is not set (not in a cluster)"
+            );
+            return;
+        }
+        (Ok(Some(_)), None) => {
+            println!(
+                "not annotating pods: NODE_NAME is not set (the DaemonSet sets it from \
+                 spec.nodeName)"
+            );
+            return;
+        }
+        (Err(e), _) => {
+            eprintln!("roce-ipvlan annotate: not annotating pods: {e}");
+            return;
+        }
+    };
+    let mut annotator = Annotator::new(client, state_dir);
+    let spawned = std::thread::Builder::new()
+        .name("annotate".into())
+        .spawn(move || loop {
+            annotator.pass();
+            std::thread::sleep(INTERVAL);
+        });
+    if let Err(e) = spawned {
+        eprintln!("roce-ipvlan annotate: cannot start its thread ({e}): pods are not annotated");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attach::pod_record::Rail;
+
+    fn pod(name: &str, uid: &str) -> PodRef {
+        PodRef {
+            namespace: "ml".into(),
+            name: name.into(),
+            uid: uid.into(),
+        }
+    }
+
+    fn record(p: &PodRef, ifname: &str, children: &[(&str, &str, u32)]) -> Record {
+        Record {
+            version: pod_record::VERSION,
+            network: "rails".into(),
+            container_id: "c1".into(),
+            ifname: ifname.into(),
+            pod: p.clone(),
+            rails: children
+                .iter()
+                .map(|(child, rail, index)| Rail {
+                    interface: child.to_string(),
+                    rail: rail.to_string(),
+                    device: format!("rxe_{rail}"),
+                    port: 1,
+                    gid_index: *index,
+                    gid: "0000:0000:0000:0000:0000:ffff:0a00:0005".into(),
+                    addresses: vec![],
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn one_list_per_pod_in_interface_order() {
+        let a = pod("a", "aa-1");
+        let b = pod("b", "bb-2");
+        let records = vec![
+            record(&a, "net2", &[("net2", "rdma1", 4)]),
+            record(&a, "net1", &[("net1", "rdma0", 3)]),
+            record(&b, "roce", &[("roce0", "rdma0", 5), ("roce1", "rdma1", 2)]),
+        ];
+        let d = desired(&records);
+        assert_eq!(d.len(), 2);
+        assert_eq!(
+            d[&a],
+            r#"[{"interface":"net1","rail":"rdma0","device":"rxe_rdma0","port":1,"gidIndex":3,"gid":"0000:0000:0000:0000:0000:ffff:0a00:0005"},{"interface":"net2","rail":"rdma1","device":"rxe_rdma1","port":1,"gidIndex":4,"gid":"0000:0000:0000:0000:0000:ffff:0a00:0005"}]"#
+        );
+        let parsed: serde_json::Value = serde_json::from_str(&d[&b]).unwrap();
+        assert_eq!(parsed[1]["interface"], "roce1");
+        assert_eq!(parsed[1]["gidIndex"], 2);
+    }
+
+    #[test]
+    fn only_changes_are_patched() {
+        let a = pod("a", "aa-1");
+        let b = pod("b", "bb-2");
+        let c = pod("c", "cc-3");
+        let desired = BTreeMap::from([(a.clone(), "[1]".to_string()), (b.clone(), "[2]".into())]);
+        let published =
+            BTreeMap::from([(a.clone(), "[1]".to_string()), (c.clone(), "[3]".to_string())]);
+        // a unchanged, b new, c detached.
+        assert_eq!(
+            plan(&desired, &published, &BTreeSet::new()),
+            vec![(b.clone(), Some("[2]".into())), (c.clone(), None)]
+        );
+        // Nothing to do once published; a pod found gone is not retried.
+        assert!(plan(&desired, &desired, &BTreeSet::new()).is_empty());
+        assert!(plan(&desired, &BTreeMap::from([(a, "[1]".into())]), &BTreeSet::from([b]))
+            .is_empty());
+    }
+
+    #[test]
+    fn the_patch_sets_or_removes_the_annotation_under_the_pods_uid() {
+        let a = pod("trainer-0", "0b6e2a3c-7d1f");
+        let set: serde_json::Value =
+            serde_json::from_str(&patch_body(&a, Some(r#"[{"gidIndex":3}]"#))).unwrap();
+        assert_eq!(
+            set,
+            serde_json::json!({"metadata": {"uid": "0b6e2a3c-7d1f",
+                "annotations": {"roce-ipvlan.io/gids": "[{\"gidIndex\":3}]"}}})
+        );
+        let unset: serde_json::Value = serde_json::from_str(&patch_body(&a, None)).unwrap();
+        assert_eq!(unset["metadata"]["annotations"][ANNOTATION], serde_json::Value::Null);
+        assert_eq!(pod_path(&a), "/api/v1/namespaces/ml/pods/trainer-0");
+    }
+
+    #[test]
+    fn answers_are_judged_with_what_to_do() {
+        let a = pod("a", "aa-1");
+        let resp = |status, message: &str| Response {
+            status,
+            body: serde_json::json!({"kind": "Status", "message": message})
+                .to_string()
+                .into_bytes(),
+        };
+        assert_eq!(judge(&a, &resp(200, "")), Outcome::Done);
+        assert_eq!(judge(&a, &resp(404, "pods \"a\" not found")), Outcome::Gone);
+        assert_eq!(
+            judge(&a, &resp(409, "Precondition failed: UID in precondition: aa-1, UID in object meta: zz")),
+            Outcome::Gone
+        );
+        assert_eq!(
+            judge(&a, &resp(422, "metadata.uid: Invalid value: field is immutable")),
+            Outcome::Gone
+        );
+        let Outcome::Failed(m) = judge(&a, &resp(403, "forbidden")) else {
+            panic!("403 is a failure");
+        };
+        assert!(m.contains("\"patch\"") && m.contains("\"pods\""), "{m}");
+        assert!(matches!(judge(&a, &resp(401, "")), Outcome::Failed(m) if m.contains("token")));
+        assert!(matches!(judge(&a, &resp(409, "conflict")), Outcome::Failed(_)));
+        assert!(matches!(judge(&a, &resp(500, "etcd")), Outcome::Failed(m) if m.contains("500")));
+    }
+}
