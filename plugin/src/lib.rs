@@ -48,8 +48,8 @@ pub(crate) mod commands {
 }
 /// The operator subcommands (`roce-ipvlan <subcommand>`).
 pub(crate) mod tools {
-    pub(crate) mod cli;
     pub(crate) mod annotate;
+    pub(crate) mod cli;
     pub(crate) mod diagnose;
     pub(crate) mod install;
     pub(crate) mod kube;
@@ -70,6 +70,7 @@ pub mod fuzzing {
 /// The operator subcommands' entry points, for main.rs: each takes the arguments after its name
 /// and returns the exit status.
 pub mod subcommand {
+    pub use crate::tools::annotate::main as annotate;
     pub use crate::tools::diagnose::main as diagnose;
     pub use crate::tools::install::main as install;
     pub use crate::tools::install::uninstall_main as uninstall;

@@ -425,7 +425,9 @@ fn record(env: &Env, r: &Ready<'_>, runs: &[RailRun]) {
         rails,
     };
     match pod_record::write(std::path::Path::new(pod_record::DIR), &record) {
-        Ok(path) => tracing::info!(path = %path.display(), pod = %record.pod, "attachment record written"),
+        Ok(path) => {
+            tracing::info!(path = %path.display(), pod = %record.pod, "attachment record written")
+        }
         Err(e) => tracing::warn!(
             error = %e,
             "cannot write the attachment record under {}: the pod's roce-ipvlan.io/gids \

@@ -1,6 +1,6 @@
-//! The installer's pod annotations: every few seconds it reads the attachment records the
-//! plugin leaves on the node (pod_record.rs) and publishes each pod's RoCE GIDs in the pod's
-//! object, so that `kubectl get pod -o yaml` shows which GID index each rail got:
+//! `roce-ipvlan-annotate`, the installer DaemonSet's second container: every few seconds it
+//! reads the attachment records the plugin leaves on the node (pod_record.rs) and publishes each
+//! pod's RoCE GIDs in the pod's object, so that `kubectl get pod -o yaml` shows which GID index each rail got:
 //!
 //! ```text
 //! roce-ipvlan.io/gids: '[{"interface":"net1","rail":"rdma0","device":"mlx5_0","port":1,"gidIndex":3,"gid":"0000:0000:0000:0000:0000:ffff:0a00:0005"}]'
@@ -14,9 +14,12 @@
 //! is kept in a file beside the records (tmpfs too), so a restarted installer still removes
 //! the annotation of a pod detached meanwhile.
 //!
-//! Failures (the API server unreachable, RBAC missing) go to the pod's log with what to do,
-//! once per pod and message, and are retried on the next pass; they never stop the installer
-//! or touch its readiness.
+//! Failures (the API server unreachable, RBAC missing) go to the container's log with what to
+//! do, once per pod and message, and are retried on the next pass; they never stop it.
+//!
+//! A binary of its own (src/main_annotate.rs) rather than a subcommand of `roce-ipvlan`: the
+//! HTTPS client (rustls and ring, about 1 MB) stays out of the plugin that Multus runs as root
+//! on every attachment and that the 2 MB target is about (docs/design.md#one-binary-or-two).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -25,6 +28,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::attach::pod_record::{self, PodRef, Record};
+use crate::tools::cli::{self, Long, Parsed, Short};
 use crate::tools::kube::{Client, Response};
 
 /// The annotation's key.
@@ -193,10 +197,7 @@ impl Annotator {
         let entries = match pod_record::read_all(&self.records) {
             Ok(e) => e,
             Err(e) => {
-                self.log_once(
-                    None,
-                    format!("cannot read {}: {e}", self.records.display()),
-                );
+                self.log_once(None, format!("cannot read {}: {e}", self.records.display()));
                 return;
             }
         };
@@ -206,10 +207,7 @@ impl Annotator {
                 Ok(r) => records.push(r),
                 Err(why) => {
                     if self.skipped.insert(path.clone()) {
-                        eprintln!(
-                            "roce-ipvlan annotate: {} skipped: {why}",
-                            path.display()
-                        );
+                        eprintln!("roce-ipvlan annotate: {} skipped: {why}", path.display());
                     }
                 }
             }
@@ -299,49 +297,110 @@ impl Annotator {
     }
 }
 
-/// Starts the annotator on a thread of its own, when the installer runs in a cluster
-/// (`KUBERNETES_SERVICE_HOST`) on a node (`NODE_NAME`, the downward API): the DaemonSet sets
-/// both. Otherwise it says why it does not run.
-pub fn start(state_dir: &Path) {
+/// Whether to run, and with which client: in a cluster (`KUBERNETES_SERVICE_HOST`) on a node
+/// (`NODE_NAME`, the downward API), as the DaemonSet runs it. Otherwise it says why not.
+fn client() -> Option<Client> {
     let node = std::env::var("NODE_NAME").ok().filter(|n| !n.is_empty());
-    let client = match (Client::in_cluster(), node) {
+    match (Client::in_cluster(), node) {
         (Ok(Some(client)), Some(node)) => {
             println!(
                 "publishing the GID indexes of node {node}'s pods as their {ANNOTATION} \
-                 annotation (API server {}, records in {})",
-                client.endpoint(),
-                state_dir.join("attachments").display()
+                 annotation (API server {})",
+                client.endpoint()
             );
-            client
+            Some(client)
         }
         (Ok(None), _) => {
-            println!(
-                "not annotating pods: KUBERNETES_SERVICE_HOST is not set (not in a cluster)"
+            eprintln!(
+                "roce-ipvlan annotate: not annotating pods: KUBERNETES_SERVICE_HOST is not set \
+                 (not in a cluster)"
             );
-            return;
+            None
         }
         (Ok(Some(_)), None) => {
-            println!(
-                "not annotating pods: NODE_NAME is not set (the DaemonSet sets it from \
-                 spec.nodeName)"
+            eprintln!(
+                "roce-ipvlan annotate: not annotating pods: NODE_NAME is not set (the DaemonSet \
+                 sets it from spec.nodeName)"
             );
-            return;
+            None
         }
         (Err(e), _) => {
             eprintln!("roce-ipvlan annotate: not annotating pods: {e}");
-            return;
+            None
         }
-    };
-    let mut annotator = Annotator::new(client, state_dir);
-    let spawned = std::thread::Builder::new()
-        .name("annotate".into())
-        .spawn(move || loop {
-            annotator.pass();
-            std::thread::sleep(INTERVAL);
-        });
-    if let Err(e) = spawned {
-        eprintln!("roce-ipvlan annotate: cannot start its thread ({e}): pods are not annotated");
     }
+}
+
+/// `roce-ipvlan-annotate [--state-dir DIR]`: the DaemonSet's `annotate` container. Publishes
+/// the node's pods' GID indexes every few seconds until SIGTERM/SIGINT. It never exits on its
+/// own, not even when it cannot annotate (outside a cluster, no NODE_NAME): an exit would
+/// restart the container, and a crash loop would make the DaemonSet's pod unready.
+pub fn main(args: &[String]) -> i32 {
+    const USAGE: &str = "usage: roce-ipvlan-annotate [--state-dir DIR]\n\
+                 Publishes the GID indexes of this node's pods as their roce-ipvlan.io/gids \
+                 annotation, from the plugin's records in DIR/attachments (default \
+                 /host/run/roce-ipvlan), every 3 seconds, until SIGTERM. Needs the service \
+                 account's token (patch on pods) and NODE_NAME; docs/deploy.md.";
+    let state_dir = match cli::args_or_exit("annotate", USAGE, parse_args(args)) {
+        Ok(dir) => dir,
+        Err(code) => return code,
+    };
+    let stop = wait_for_signal();
+    let Some(client) = client() else {
+        // Nothing to do: stay up (see above) until told to stop.
+        let _ = stop.recv();
+        return 0;
+    };
+    println!("records in {}", state_dir.join("attachments").display());
+    let mut annotator = Annotator::new(client, &state_dir);
+    loop {
+        annotator.pass();
+        match stop.recv_timeout(INTERVAL) {
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            _ => return 0,
+        }
+    }
+}
+
+fn parse_args(args: &[String]) -> cli::Outcome<PathBuf> {
+    cli::parse(args, |p| {
+        let mut dir = PathBuf::from(DEFAULT_STATE_DIR);
+        while let Some(arg) = p.next()? {
+            match arg {
+                Long("state-dir") => dir = PathBuf::from(cli::string(p)?),
+                Short('h') | Long("help") => return Ok(Parsed::Help),
+                arg => return Err(cli::unexpected(arg)),
+            }
+        }
+        Ok(Parsed::Run(dir))
+    })
+}
+
+/// A channel that gets a message on SIGTERM or SIGINT. As PID 1 of its container the process
+/// has no default action for them (the kernel ignores them for PID 1), so it waits for them
+/// itself: blocked in every thread, sigwait()ed by one.
+fn wait_for_signal() -> std::sync::mpsc::Receiver<()> {
+    use nix::sys::signal::{SigSet, Signal};
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGTERM);
+    set.add(Signal::SIGINT);
+    if let Err(e) = set.thread_block() {
+        eprintln!("roce-ipvlan annotate: cannot block signals ({e}): SIGTERM ends it abruptly");
+        std::mem::forget(tx);
+        return rx;
+    }
+    std::thread::spawn(move || match set.wait() {
+        Ok(sig) => {
+            println!("{sig}: exiting");
+            let _ = tx.send(());
+        }
+        Err(e) => {
+            eprintln!("roce-ipvlan annotate: waiting for signals failed: {e}");
+            std::mem::forget(tx);
+        }
+    });
+    rx
 }
 
 #[cfg(test)]
@@ -405,8 +464,10 @@ mod tests {
         let b = pod("b", "bb-2");
         let c = pod("c", "cc-3");
         let desired = BTreeMap::from([(a.clone(), "[1]".to_string()), (b.clone(), "[2]".into())]);
-        let published =
-            BTreeMap::from([(a.clone(), "[1]".to_string()), (c.clone(), "[3]".to_string())]);
+        let published = BTreeMap::from([
+            (a.clone(), "[1]".to_string()),
+            (c.clone(), "[3]".to_string()),
+        ]);
         // a unchanged, b new, c detached.
         assert_eq!(
             plan(&desired, &published, &BTreeSet::new()),
@@ -414,8 +475,12 @@ mod tests {
         );
         // Nothing to do once published; a pod found gone is not retried.
         assert!(plan(&desired, &desired, &BTreeSet::new()).is_empty());
-        assert!(plan(&desired, &BTreeMap::from([(a, "[1]".into())]), &BTreeSet::from([b]))
-            .is_empty());
+        assert!(plan(
+            &desired,
+            &BTreeMap::from([(a, "[1]".into())]),
+            &BTreeSet::from([b])
+        )
+        .is_empty());
     }
 
     #[test]
@@ -429,8 +494,26 @@ mod tests {
                 "annotations": {"roce-ipvlan.io/gids": "[{\"gidIndex\":3}]"}}})
         );
         let unset: serde_json::Value = serde_json::from_str(&patch_body(&a, None)).unwrap();
-        assert_eq!(unset["metadata"]["annotations"][ANNOTATION], serde_json::Value::Null);
+        assert_eq!(
+            unset["metadata"]["annotations"][ANNOTATION],
+            serde_json::Value::Null
+        );
         assert_eq!(pod_path(&a), "/api/v1/namespaces/ml/pods/trainer-0");
+    }
+
+    #[test]
+    fn arguments() {
+        let args = |l: &[&str]| l.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            parse_args(&args(&[])).unwrap(),
+            Parsed::Run(PathBuf::from("/host/run/roce-ipvlan"))
+        );
+        assert_eq!(
+            parse_args(&args(&["--state-dir=/x"])).unwrap(),
+            Parsed::Run(PathBuf::from("/x"))
+        );
+        assert_eq!(parse_args(&args(&["--help"])).unwrap(), Parsed::Help);
+        assert!(parse_args(&args(&["--bogus"])).is_err());
     }
 
     #[test]
@@ -445,11 +528,20 @@ mod tests {
         assert_eq!(judge(&a, &resp(200, "")), Outcome::Done);
         assert_eq!(judge(&a, &resp(404, "pods \"a\" not found")), Outcome::Gone);
         assert_eq!(
-            judge(&a, &resp(409, "Precondition failed: UID in precondition: aa-1, UID in object meta: zz")),
+            judge(
+                &a,
+                &resp(
+                    409,
+                    "Precondition failed: UID in precondition: aa-1, UID in object meta: zz"
+                )
+            ),
             Outcome::Gone
         );
         assert_eq!(
-            judge(&a, &resp(422, "metadata.uid: Invalid value: field is immutable")),
+            judge(
+                &a,
+                &resp(422, "metadata.uid: Invalid value: field is immutable")
+            ),
             Outcome::Gone
         );
         let Outcome::Failed(m) = judge(&a, &resp(403, "forbidden")) else {
@@ -457,7 +549,10 @@ mod tests {
         };
         assert!(m.contains("\"patch\"") && m.contains("\"pods\""), "{m}");
         assert!(matches!(judge(&a, &resp(401, "")), Outcome::Failed(m) if m.contains("token")));
-        assert!(matches!(judge(&a, &resp(409, "conflict")), Outcome::Failed(_)));
+        assert!(matches!(
+            judge(&a, &resp(409, "conflict")),
+            Outcome::Failed(_)
+        ));
         assert!(matches!(judge(&a, &resp(500, "etcd")), Outcome::Failed(m) if m.contains("500")));
     }
 }

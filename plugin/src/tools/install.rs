@@ -17,7 +17,6 @@ use std::fs::{self, File};
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
-use crate::tools::annotate;
 use crate::tools::cli::{self, Long, Parsed, Short};
 use crate::tools::ready::{self, DEFAULT_DIR, DEFAULT_NAME};
 
@@ -123,14 +122,11 @@ const DEFAULT_INTERVAL_SECS: u64 = 60;
 pub fn main(args: &[String]) -> i32 {
     const USAGE: &str =
         "usage: roce-ipvlan install [--to DIR] [--name NAME] [--from FILE] [--wait \
-                 [--interval SECS] [--rails LIST] [--state-dir DIR]]\n\
+                 [--interval SECS] [--rails LIST]]\n\
                  Copies the plugin into DIR (default /host/opt/cni/bin) atomically; --wait then \
                  stays up until SIGTERM, restoring the binary if it is deleted or changed \
                  (checked every SECS seconds, default 60, and on SIGHUP), and logs the node's \
-                 readiness (`roce-ipvlan ready`) when it changes. In a cluster (NODE_NAME and \
-                 the service account set) --wait also publishes each pod's GID indexes as its \
-                 roce-ipvlan.io/gids annotation, from the plugin's records in \
-                 --state-dir/attachments (default /host/run/roce-ipvlan).";
+                 readiness (`roce-ipvlan ready`) when it changes.";
     let Args {
         dir,
         name,
@@ -138,7 +134,6 @@ pub fn main(args: &[String]) -> i32 {
         wait,
         interval,
         rails,
-        state_dir,
     } = match cli::args_or_exit("install", USAGE, parse_args(args)) {
         Ok(args) => args,
         Err(code) => return code,
@@ -162,8 +157,6 @@ pub fn main(args: &[String]) -> i32 {
         }
     }
     if wait {
-        // Its own thread: the API server's answers never delay the binary's re-check.
-        annotate::start(&state_dir);
         // The node's readiness (ready.rs) goes to the log when it changes: the probe's output
         // reaches only the pod's events.
         let target = dir.join(&name);
@@ -345,8 +338,6 @@ struct Args {
     wait: bool,
     interval: std::time::Duration,
     rails: Option<Vec<String>>,
-    /// The plugin's state directory as the installer sees it (annotate.rs).
-    state_dir: PathBuf,
 }
 
 impl Args {
@@ -358,7 +349,6 @@ impl Args {
             wait: false,
             interval: std::time::Duration::from_secs(DEFAULT_INTERVAL_SECS),
             rails: None,
-            state_dir: PathBuf::from(annotate::DEFAULT_STATE_DIR),
         }
     }
 }
@@ -381,7 +371,6 @@ fn parse_args(args: &[String]) -> cli::Outcome<Args> {
                 Long("wait") => parsed.wait = true,
                 Long("rails") => parsed.rails = Some(ready::rail_list(&cli::string(p)?)?),
                 Long("interval") => parsed.interval = interval(p)?,
-                Long("state-dir") => parsed.state_dir = PathBuf::from(cli::string(p)?),
                 Short('h') | Long("help") => return Ok(Parsed::Help),
                 arg => return Err(cli::unexpected(arg)),
             }
@@ -410,7 +399,6 @@ mod tests {
         else {
             panic!("valid arguments");
         };
-        assert_eq!(a.state_dir, PathBuf::from("/host/run/roce-ipvlan"));
         assert_eq!(a.dir, PathBuf::from("/x"));
         assert!(a.wait);
         assert_eq!(a.interval, std::time::Duration::from_secs(5));

@@ -63,7 +63,12 @@ impl Client {
         let port = port.parse::<u16>().map_err(|_| {
             format!("KUBERNETES_SERVICE_PORT={port:?} is not a port number: expected 1-65535")
         })?;
-        Ok(Some(Client::new(&host, port, Path::new(TOKEN), Path::new(CA))))
+        Ok(Some(Client::new(
+            &host,
+            port,
+            Path::new(TOKEN),
+            Path::new(CA),
+        )))
     }
 
     pub fn new(host: &str, port: u16, token: &Path, ca: &Path) -> Client {
@@ -218,7 +223,10 @@ impl Client {
             }
         }
         Err(match last {
-            Some(e) => format!("cannot connect to the API server at {}: {e}", self.endpoint()),
+            Some(e) => format!(
+                "cannot connect to the API server at {}: {e}",
+                self.endpoint()
+            ),
             None => format!("{} resolves to no address", self.endpoint()),
         })
     }
@@ -364,8 +372,20 @@ httpd.serve_forever()
         openssl(
             dir,
             &[
-                "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-                "-nodes", "-keyout", &key, "-out", &crt, "-days", "2", "-subj",
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+                "-nodes",
+                "-keyout",
+                &key,
+                "-out",
+                &crt,
+                "-days",
+                "2",
+                "-subj",
                 &format!("/CN={name}"),
             ],
         );
@@ -383,8 +403,18 @@ httpd.serve_forever()
         openssl(
             dir,
             &[
-                "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-                "-nodes", "-keyout", "server.key", "-out", "server.csr", "-subj",
+                "req",
+                "-new",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+                "-nodes",
+                "-keyout",
+                "server.key",
+                "-out",
+                "server.csr",
+                "-subj",
                 "/CN=kube-apiserver",
             ],
         );
@@ -397,8 +427,21 @@ httpd.serve_forever()
         openssl(
             dir,
             &[
-                "x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-                "-CAcreateserial", "-days", "2", "-out", "server.crt", "-extfile", "ext.cnf",
+                "x509",
+                "-req",
+                "-in",
+                "server.csr",
+                "-CA",
+                "ca.crt",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-days",
+                "2",
+                "-out",
+                "server.crt",
+                "-extfile",
+                "ext.cnf",
             ],
         );
         std::fs::write(dir.join("token"), "s3cret-token\n").unwrap();
@@ -424,21 +467,30 @@ httpd.serve_forever()
         assert_eq!(response.status, 200);
         let pod: serde_json::Value = serde_json::from_slice(&response.body).unwrap();
         assert_eq!(pod["metadata"]["name"], "p");
-        let got: serde_json::Value =
-            serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+        let got: serde_json::Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
         assert_eq!(got["method"], "PATCH");
         assert_eq!(got["path"], "/api/v1/namespaces/ml/pods/p");
-        assert_eq!(got["headers"]["content-type"], "application/merge-patch+json");
+        assert_eq!(
+            got["headers"]["content-type"],
+            "application/merge-patch+json"
+        );
         assert_eq!(got["headers"]["authorization"], "Bearer s3cret-token");
         assert_eq!(got["headers"]["host"], format!("127.0.0.1:{port}"));
         assert_eq!(got["body"], std::str::from_utf8(body).unwrap());
 
-        let wrong_ca = Client::new("127.0.0.1", port, &dir.join("token"), &dir.join("other.crt"));
+        let wrong_ca = Client::new(
+            "127.0.0.1",
+            port,
+            &dir.join("token"),
+            &dir.join("other.crt"),
+        );
         let err = wrong_ca.patch("/x", "application/json", b"{}").unwrap_err();
         assert!(err.contains("TLS") && err.contains("other.crt"), "{err}");
         // The certificate names 127.0.0.1, not localhost.
         let wrong_name = Client::new("localhost", port, &dir.join("token"), &dir.join("ca.crt"));
-        let err = wrong_name.patch("/x", "application/json", b"{}").unwrap_err();
+        let err = wrong_name
+            .patch("/x", "application/json", b"{}")
+            .unwrap_err();
         assert!(err.contains("TLS"), "{err}");
         // Neither reached the handler.
         let no_ca = Client::new("127.0.0.1", port, &dir.join("token"), &dir.join("none.crt"));
@@ -446,14 +498,14 @@ httpd.serve_forever()
         assert!(err.contains("none.crt"), "{err}");
         let ok = client.patch("/again", "application/json", b"{}").unwrap();
         assert_eq!(ok.status, 200);
-        let got: serde_json::Value =
-            serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+        let got: serde_json::Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
         assert_eq!(got["path"], "/again", "the refused clients sent nothing");
     }
 
     #[test]
     fn responses_are_read_by_length_chunks_or_end() {
-        let whole = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}";
+        let whole =
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}";
         assert_eq!(
             parse_response(whole, false).unwrap(),
             Some(Response {
@@ -461,7 +513,10 @@ httpd.serve_forever()
                 body: b"{}".to_vec()
             })
         );
-        assert_eq!(parse_response(&whole[..whole.len() - 1], false).unwrap(), None);
+        assert_eq!(
+            parse_response(&whole[..whole.len() - 1], false).unwrap(),
+            None
+        );
         assert!(parse_response(&whole[..whole.len() - 1], true).is_err());
         let chunked =
             b"HTTP/1.1 403 Forbidden\r\nTransfer-Encoding: chunked\r\n\r\n4\r\n{\"a\"\r\n3;x=y\r\n:1}\r\n0\r\n\r\n";
