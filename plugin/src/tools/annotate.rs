@@ -516,6 +516,102 @@ mod tests {
         assert!(parse_args(&args(&["--bogus"])).is_err());
     }
 
+    /// The loop against a local HTTPS API server: a new pod is patched once with its list, a
+    /// pod gone (404) or recreated (409 on the UID) is not retried, a pod whose records went
+    /// gets the annotation removed, and a restarted annotator remembers what it published.
+    #[test]
+    fn passes_patch_changes_only_and_remove_what_went() {
+        use crate::tools::kube::test_server;
+        let tmp = tempfile::tempdir().unwrap();
+        let (_server, port, mut requests) = test_server::start(tmp.path());
+        let client = Client::new(
+            "127.0.0.1",
+            port,
+            &tmp.path().join("token"),
+            &tmp.path().join("ca.crt"),
+        );
+        let state = tmp.path().join("state");
+        let records = state.join("attachments");
+        let live = pod("live", "aa-1");
+        let mut r = record(&live, "net1", &[("net1", "rdma0", 3)]);
+        pod_record::write(&records, &r).unwrap();
+        for (name, cid) in [("gone", "c2"), ("recreated", "c3")] {
+            let mut other = record(&pod(name, "bb-2"), "net1", &[("net1", "rdma1", 4)]);
+            other.container_id = cid.into();
+            pod_record::write(&records, &other).unwrap();
+        }
+        let mut next = || -> serde_json::Value {
+            serde_json::from_str(&requests.next().unwrap().unwrap()).unwrap()
+        };
+
+        let mut annotator = Annotator::new(client.clone(), &state);
+        annotator.pass();
+        let mut got: Vec<serde_json::Value> = (0..3).map(|_| next()).collect();
+        got.sort_by_key(|g| g["path"].as_str().unwrap().to_string());
+        assert_eq!(got[0]["path"], "/api/v1/namespaces/ml/pods/gone");
+        assert_eq!(got[1]["path"], "/api/v1/namespaces/ml/pods/live");
+        assert_eq!(got[2]["path"], "/api/v1/namespaces/ml/pods/recreated");
+        assert_eq!(
+            got[1]["headers"]["content-type"],
+            "application/merge-patch+json"
+        );
+        let body: serde_json::Value =
+            serde_json::from_str(got[1]["body"].as_str().unwrap()).unwrap();
+        assert_eq!(body["metadata"]["uid"], "aa-1");
+        let value: serde_json::Value = serde_json::from_str(
+            body["metadata"]["annotations"][ANNOTATION]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(value[0]["gidIndex"], 3);
+        assert_eq!(value[0]["interface"], "net1");
+
+        // Nothing changed: nothing is sent (the next request seen is the one below).
+        annotator.pass();
+        // The index changes (a new sandbox): patched again; then the attachment goes.
+        r.rails[0].gid_index = 5;
+        pod_record::write(&records, &r).unwrap();
+        annotator.pass();
+        let got = next();
+        assert_eq!(got["path"], "/api/v1/namespaces/ml/pods/live");
+        assert!(
+            got["body"].as_str().unwrap().contains(r#"\"gidIndex\":5"#),
+            "{got}"
+        );
+
+        // A restarted annotator knows what was published: the removal still happens. (It
+        // tries the records of the gone and recreated pods once more: what it found gone is
+        // not kept.)
+        pod_record::remove(&records, "c1", "net1");
+        let mut restarted = Annotator::new(client, &state);
+        restarted.pass();
+        let mut got: Vec<serde_json::Value> = (0..3).map(|_| next()).collect();
+        got.sort_by_key(|g| g["path"].as_str().unwrap().to_string());
+        assert_eq!(got[1]["path"], "/api/v1/namespaces/ml/pods/live");
+        let body: serde_json::Value =
+            serde_json::from_str(got[1]["body"].as_str().unwrap()).unwrap();
+        assert_eq!(
+            body["metadata"]["annotations"][ANNOTATION],
+            serde_json::Value::Null
+        );
+        assert!(restarted.published.is_empty());
+        restarted.pass();
+        // Only now a request of this test's own: had either pass sent one, it would be read here.
+        let probe = Client::new(
+            "127.0.0.1",
+            port,
+            &tmp.path().join("token"),
+            &tmp.path().join("ca.crt"),
+        );
+        probe.patch("/probe", "application/json", b"{}").unwrap();
+        assert_eq!(
+            next()["path"],
+            "/probe",
+            "a pass with nothing changed sent a patch"
+        );
+    }
+
     #[test]
     fn answers_are_judged_with_what_to_do() {
         let a = pod("a", "aa-1");

@@ -312,14 +312,17 @@ fn dechunk(mut rest: &[u8]) -> Result<Option<Vec<u8>>, String> {
     }
 }
 
+/// A local HTTPS server for tests (Python's http.server behind ssl, a CA and a certificate for
+/// 127.0.0.1 made with openssl): this module's tests and annotate.rs's.
 #[cfg(test)]
-mod tests {
+pub(crate) mod test_server {
     use super::*;
     use std::io::BufRead;
     use std::process::{Child, Command, Stdio};
 
-    /// A local HTTPS server (Python's http.server behind ssl) that answers every PATCH with 200
-    /// and prints each request it got as one JSON line.
+    /// A local HTTPS server (Python's http.server behind ssl) that prints each request it got
+    /// as one JSON line and answers a PATCH of a path ending in /gone with the API server's 404,
+    /// in /recreated with its 409 for a UID precondition, any other with 200.
     const SERVER: &str = r#"
 import http.server, json, ssl, sys
 class H(http.server.BaseHTTPRequestHandler):
@@ -329,8 +332,13 @@ class H(http.server.BaseHTTPRequestHandler):
         print(json.dumps({"method": self.command, "path": self.path,
                           "headers": {k.lower(): v for k, v in self.headers.items()},
                           "body": body.decode()}), flush=True)
-        reply = json.dumps({"kind": "Pod", "metadata": {"name": "p"}}).encode()
-        self.send_response(200)
+        status, reply = 200, {"kind": "Pod", "metadata": {"name": "p"}}
+        if self.path.endswith("/gone"):
+            status, reply = 404, {"kind": "Status", "message": 'pods "gone" not found'}
+        elif self.path.endswith("/recreated"):
+            status, reply = 409, {"kind": "Status", "message": "Precondition failed: UID in precondition: a, UID in object meta: b"}
+        reply = json.dumps(reply).encode()
+        self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(reply)))
         self.end_headers()
@@ -346,7 +354,7 @@ print(httpd.server_address[1], flush=True)
 httpd.serve_forever()
 "#;
 
-    struct Server(Child);
+    pub(crate) struct Server(Child);
     impl Drop for Server {
         fn drop(&mut self) {
             let _ = self.0.kill();
@@ -354,7 +362,7 @@ httpd.serve_forever()
         }
     }
 
-    fn openssl(dir: &Path, args: &[&str]) {
+    pub(crate) fn openssl(dir: &Path, args: &[&str]) {
         let out = Command::new("openssl")
             .args(args)
             .current_dir(dir)
@@ -367,7 +375,7 @@ httpd.serve_forever()
         );
     }
 
-    fn ca(dir: &Path, name: &str) {
+    pub(crate) fn ca(dir: &Path, name: &str) {
         let (key, crt) = (format!("{name}.key"), format!("{name}.crt"));
         openssl(
             dir,
@@ -391,13 +399,16 @@ httpd.serve_forever()
         );
     }
 
-    /// The request as the API server gets it: method, path, content type, bearer token, body;
-    /// over TLS verified against the given CA for the address connected to. A server whose
-    /// certificate another CA signed, or that names another host, is refused.
-    #[test]
-    fn patch_over_tls_sends_what_the_api_server_expects() {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path();
+    /// Starts the server with certificates in `dir`: ca.crt (trusted), other.crt (another
+    /// CA), server.crt for 127.0.0.1 signed by ca, and a token file. Returns the server (killed
+    /// when dropped), its port, and the lines it prints (one JSON object per request).
+    pub(crate) fn start(
+        dir: &Path,
+    ) -> (
+        Server,
+        u16,
+        std::io::Lines<io::BufReader<std::process::ChildStdout>>,
+    ) {
         ca(dir, "ca");
         ca(dir, "other");
         openssl(
@@ -452,8 +463,23 @@ httpd.serve_forever()
             .spawn()
             .expect("this test needs python3");
         let mut lines = io::BufReader::new(child.stdout.take().unwrap()).lines();
-        let _server = Server(child);
+        let server = Server(child);
         let port: u16 = lines.next().unwrap().unwrap().trim().parse().unwrap();
+        (server, port, lines)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    /// The request as the API server gets it: method, path, content type, bearer token, body;
+    /// over TLS verified against the given CA for the address connected to. A server whose
+    /// certificate another CA signed, or that names another host, is refused.
+    #[test]
+    fn patch_over_tls_sends_what_the_api_server_expects() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let (_server, port, mut lines) = test_server::start(dir);
 
         let client = Client::new("127.0.0.1", port, &dir.join("token"), &dir.join("ca.crt"));
         let body = br#"{"metadata":{"uid":"u-1","annotations":{"roce-ipvlan.io/gids":"[]"}}}"#;

@@ -77,8 +77,8 @@ test_pod_gid_indexes_in_its_object() {
 	gids=$(gids_of gidpod 2)
 	note "roce-ipvlan.io/gids: $gids"
 	if [[ -z $gids ]]; then
-		kubectl -n roce-ipvlan logs ds/roce-ipvlan-installer | tail -n 20
-		fail "pod gidpod has no roce-ipvlan.io/gids annotation (the installer's log is above)"
+		kubectl -n roce-ipvlan logs ds/roce-ipvlan-installer -c annotate | tail -n 20
+		fail "pod gidpod has no roce-ipvlan.io/gids annotation (the annotate container's log is above)"
 	fi
 	check_gids gidpod "$gids" rdma1 rdma2
 	kubectl get pod gidpod -o yaml | grep -q 'roce-ipvlan.io/gids:' || fail "kubectl get pod -o yaml shows no roce-ipvlan.io/gids"
@@ -94,7 +94,7 @@ test_pod_gid_indexes_in_its_object() {
 	check_gids gidpod "$gids" rdma3
 	[[ -z $(find /run/roce-ipvlan/attachments -name '*.json' -exec grep -l "$uid" {} + 2>/dev/null) ]] ||
 		fail "an attachment record of the deleted pod (uid $uid) is left on the node"
-	if kubectl -n roce-ipvlan logs ds/roce-ipvlan-installer | grep 'roce-ipvlan annotate:'; then
+	if kubectl -n roce-ipvlan logs ds/roce-ipvlan-installer -c annotate | grep 'roce-ipvlan annotate:'; then
 		fail "the installer logged annotation errors (above)"
 	fi
 }
