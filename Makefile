@@ -76,7 +76,8 @@ ifneq ($(RUST_ARCH),$(shell uname -m))
 CROSS_LINKER_ENV = CARGO_TARGET_$(shell echo $(RUST_ARCH)_unknown_linux_$(or $(STATIC_LIBC),musl) | tr a-z A-Z)_LINKER=$${CROSS_LINKER:-rust-lld}
 endif
 # What `make image` needs besides a Rust toolchain (make deps installs far more: the VM's).
-IMAGE_TOOLS = $(IMAGE_BUILDER) readelf git
+# For another architecture, the C cross compiler ring needs (STATIC_CC below).
+IMAGE_TOOLS = $(IMAGE_BUILDER) readelf git $(if $(filter $(RUST_ARCH),$(shell uname -m)),,$(or $($(STATIC_CC_VAR)),$(STATIC_CC)))
 # The shipped binary links musl (docs/deploy.md). The Rust target comes from rustup: when it is
 # missing, rustup adds it (a download); where that cannot be done, the static build links
 # glibc instead, says so here, and the bench page names the target it measured. Decided once
@@ -164,7 +165,7 @@ static-bin:
 image-deps:
 	@missing=; for t in $(IMAGE_TOOLS); do command -v $$t >/dev/null || missing="$$missing $$t"; done; \
 	if [ -n "$$missing" ]; then \
-		echo "image: missing:$$missing; install podman (or docker with an engine: IMAGE_BUILDER=docker), binutils (readelf) and git" >&2; exit 1; \
+		echo "image: missing:$$missing; install podman (or docker with an engine: IMAGE_BUILDER=docker), binutils (readelf), git and, for an aarch64 image, gcc-aarch64-linux-gnu" >&2; exit 1; \
 	fi
 
 image: image-deps static
