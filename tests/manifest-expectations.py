@@ -57,7 +57,10 @@ def check_installer(ds, *, mode, bin_dir, image, namespace, rails=None, openshif
     expect("containers", [x["name"] for x in spec["containers"]], ["install", "annotate"])
     expect("default container", ds["spec"]["template"]["metadata"].get("annotations", {})
            .get("kubectl.kubernetes.io/default-container"), "install")
-    a = [x for x in spec["containers"] if x["name"] == "annotate"][0]
+    annotate = [x for x in spec["containers"] if x["name"] == "annotate"]
+    if not annotate:
+        return errors  # said above ("containers")
+    a = annotate[0]
     expect("annotate image", a["image"], image)
     expect("annotate command", a["command"], ["/roce-ipvlan-annotate", "--state-dir", "/host/run/roce-ipvlan"])
     expect("annotate env NODE_NAME", [e for e in a.get("env", []) if e["name"] == "NODE_NAME"],
