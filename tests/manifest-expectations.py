@@ -72,8 +72,11 @@ def check_installer(ds, *, mode, bin_dir, image, namespace, rails=None, openshif
     state = [v for v in spec["volumes"] if v["name"] == "state"]
     expect("state volume", state, [{"name": "state", "hostPath": {"path": "/run/roce-ipvlan",
                                                                   "type": "DirectoryOrCreate"}}])
-    expect("annotate's state mount", [m["mountPath"] for m in a.get("volumeMounts", []) if m["name"] == "state"],
-           ["/host/run/roce-ipvlan"])
+    published = [v for v in spec["volumes"] if v["name"] == "published"]
+    expect("published volume", published, [{"name": "published", "hostPath": {"path": "/var/lib/roce-ipvlan",
+                                                                          "type": "DirectoryOrCreate"}}])
+    expect("annotate's mounts", [(m["name"], m["mountPath"]) for m in a.get("volumeMounts", [])],
+           [("state", "/host/run/roce-ipvlan"), ("published", "/host/var/lib/roce-ipvlan")])
     expect("install's mounts", [m["name"] for m in c.get("volumeMounts", [])], ["cni-bin"])
     selinux = c["securityContext"].get("seLinuxOptions", {}).get("type")
     expect("SELinux type", selinux, "spc_t" if openshift else None)

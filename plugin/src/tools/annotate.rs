@@ -11,8 +11,8 @@
 //! patch carries the pod's UID: the API server refuses it for a pod recreated under the same
 //! name (the UID is immutable), so a new pod never shows a dead sandbox's GIDs; the records of
 //! such a pod, or of one deleted, are skipped until DEL or GC removes them. What was published
-//! is kept in a file beside the records (tmpfs too), so a restarted installer still removes
-//! the annotation of a pod detached meanwhile.
+//! is kept on the node's disk, so a restarted annotator, or one on a restarted node (whose
+//! tmpfs records are gone), still removes the annotation of a pod detached meanwhile.
 //!
 //! Failures (the API server unreachable, RBAC missing) go to the container's log with what to
 //! do, once per pod and message, and are retried on the next pass; they never stop it.
@@ -36,6 +36,10 @@ pub const ANNOTATION: &str = "roce-ipvlan.io/gids";
 
 /// Where the installer sees the plugin's state directory (/run/roce-ipvlan on the host).
 pub const DEFAULT_STATE_DIR: &str = "/host/run/roce-ipvlan";
+
+/// What was published, on the node's disk (/var/lib/roce-ipvlan), so that it outlives a node
+/// restart as the pods' annotations do.
+pub const DEFAULT_PUBLISHED: &str = "/host/var/lib/roce-ipvlan/annotated.json";
 
 /// How often the records are read.
 pub const INTERVAL: Duration = Duration::from_secs(3);
@@ -170,9 +174,10 @@ struct Published {
 }
 
 impl Annotator {
-    /// Reads what an earlier installer published (the state file under `state_dir`).
-    pub fn new(client: Client, state_dir: &Path) -> Annotator {
-        let state_file = state_dir.join("annotated.json");
+    /// Reads what an earlier annotator published (`state_file`); the records are in
+    /// `state_dir`/attachments.
+    pub fn new(client: Client, state_dir: &Path, state_file: &Path) -> Annotator {
+        let state_file = state_file.to_path_buf();
         let published = std::fs::read(&state_file)
             .ok()
             .and_then(|text| serde_json::from_slice::<Vec<Published>>(&text).ok())
@@ -201,6 +206,9 @@ impl Annotator {
                 return;
             }
         };
+        // Bounded by the files there now: a skipped file that went is forgotten.
+        self.skipped
+            .retain(|skipped| entries.iter().any(|(path, _)| path == skipped));
         let mut records = Vec::with_capacity(entries.len());
         for (path, record) in entries {
             match record {
@@ -284,11 +292,16 @@ impl Annotator {
             })
             .collect();
         let text = serde_json::to_vec(&list).expect("the published list always serializes");
-        if let Err(e) = crate::kernel::atomic_file::write(&self.state_file, &text, 0o644) {
+        let written = match self.state_file.parent() {
+            Some(dir) => std::fs::create_dir_all(dir),
+            None => Ok(()),
+        }
+        .and_then(|()| crate::kernel::atomic_file::write(&self.state_file, &text, 0o644));
+        if let Err(e) = written {
             self.log_once(
                 None,
                 format!(
-                    "cannot save what was published to {}: {e} (a restarted installer may leave \
+                    "cannot save what was published to {}: {e} (a restarted annotator may leave \
                      an annotation of a pod detached meanwhile)",
                     self.state_file.display()
                 ),
@@ -336,13 +349,14 @@ fn client() -> Option<Client> {
 /// own, not even when it cannot annotate (outside a cluster, no NODE_NAME): an exit would
 /// restart the container, and a crash loop would make the DaemonSet's pod unready.
 pub fn main(args: &[String]) -> i32 {
-    const USAGE: &str = "usage: roce-ipvlan-annotate [--state-dir DIR]\n\
+    const USAGE: &str = "usage: roce-ipvlan-annotate [--state-dir DIR] [--published FILE]\n\
                  Publishes the GID indexes of this node's pods as their roce-ipvlan.io/gids \
                  annotation, from the plugin's records in DIR/attachments (default \
-                 /host/run/roce-ipvlan), every 3 seconds, until SIGTERM. Needs the service \
-                 account's token (patch on pods) and NODE_NAME; docs/deploy.md.";
-    let state_dir = match cli::args_or_exit("annotate", USAGE, parse_args(args)) {
-        Ok(dir) => dir,
+                 /host/run/roce-ipvlan), every 3 seconds, until SIGTERM; what it published is \
+                 kept in FILE (default /host/var/lib/roce-ipvlan/annotated.json). Needs the \
+                 service account's token (patch on pods) and NODE_NAME; docs/deploy.md.";
+    let (state_dir, published) = match cli::args_or_exit("annotate", USAGE, parse_args(args)) {
+        Ok(dirs) => dirs,
         Err(code) => return code,
     };
     let stop = wait_for_signal();
@@ -352,7 +366,7 @@ pub fn main(args: &[String]) -> i32 {
         return 0;
     };
     println!("records in {}", state_dir.join("attachments").display());
-    let mut annotator = Annotator::new(client, &state_dir);
+    let mut annotator = Annotator::new(client, &state_dir, &published);
     loop {
         annotator.pass();
         match stop.recv_timeout(INTERVAL) {
@@ -362,17 +376,19 @@ pub fn main(args: &[String]) -> i32 {
     }
 }
 
-fn parse_args(args: &[String]) -> cli::Outcome<PathBuf> {
+fn parse_args(args: &[String]) -> cli::Outcome<(PathBuf, PathBuf)> {
     cli::parse(args, |p| {
         let mut dir = PathBuf::from(DEFAULT_STATE_DIR);
+        let mut published = PathBuf::from(DEFAULT_PUBLISHED);
         while let Some(arg) = p.next()? {
             match arg {
                 Long("state-dir") => dir = PathBuf::from(cli::string(p)?),
+                Long("published") => published = PathBuf::from(cli::string(p)?),
                 Short('h') | Long("help") => return Ok(Parsed::Help),
                 arg => return Err(cli::unexpected(arg)),
             }
         }
-        Ok(Parsed::Run(dir))
+        Ok(Parsed::Run((dir, published)))
     })
 }
 
@@ -506,11 +522,14 @@ mod tests {
         let args = |l: &[&str]| l.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         assert_eq!(
             parse_args(&args(&[])).unwrap(),
-            Parsed::Run(PathBuf::from("/host/run/roce-ipvlan"))
+            Parsed::Run((
+                PathBuf::from("/host/run/roce-ipvlan"),
+                PathBuf::from("/host/var/lib/roce-ipvlan/annotated.json")
+            ))
         );
         assert_eq!(
-            parse_args(&args(&["--state-dir=/x"])).unwrap(),
-            Parsed::Run(PathBuf::from("/x"))
+            parse_args(&args(&["--state-dir=/x", "--published", "/y/p.json"])).unwrap(),
+            Parsed::Run((PathBuf::from("/x"), PathBuf::from("/y/p.json")))
         );
         assert_eq!(parse_args(&args(&["--help"])).unwrap(), Parsed::Help);
         assert!(parse_args(&args(&["--bogus"])).is_err());
@@ -544,7 +563,8 @@ mod tests {
             serde_json::from_str(&requests.next().unwrap().unwrap()).unwrap()
         };
 
-        let mut annotator = Annotator::new(client.clone(), &state);
+        let published = tmp.path().join("var/lib/roce-ipvlan/annotated.json");
+        let mut annotator = Annotator::new(client.clone(), &state, &published);
         annotator.pass();
         let mut got: Vec<serde_json::Value> = (0..3).map(|_| next()).collect();
         got.sort_by_key(|g| g["path"].as_str().unwrap().to_string());
@@ -584,7 +604,7 @@ mod tests {
         // tries the records of the gone and recreated pods once more: what it found gone is
         // not kept.)
         pod_record::remove(&records, "c1", "net1");
-        let mut restarted = Annotator::new(client, &state);
+        let mut restarted = Annotator::new(client, &state, &published);
         restarted.pass();
         let mut got: Vec<serde_json::Value> = (0..3).map(|_| next()).collect();
         got.sort_by_key(|g| g["path"].as_str().unwrap().to_string());
