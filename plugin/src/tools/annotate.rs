@@ -136,8 +136,9 @@ pub fn judge(pod: &PodRef, response: &Response) -> Outcome {
     match response.status {
         200..=299 => Outcome::Done,
         404 => Outcome::Gone,
-        // The UID precondition: 409 "Precondition failed: UID", or 422 "uid: field is
-        // immutable", depending on where the API server checks it.
+        // The UID in the patch is immutable: another pod of that name answers 422
+        // "metadata.uid: Invalid value: …: field is immutable" (kube-apiserver 1.36); a 409
+        // "Precondition failed: UID in precondition" is the same refusal elsewhere.
         409 | 422 if message.to_ascii_lowercase().contains("uid") => Outcome::Gone,
         401 => Outcome::Failed(format!(
             "the API server refused the service account token (401 Unauthorized: {message}): \
