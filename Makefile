@@ -27,9 +27,10 @@
 #   make test      lint + unit + validate-manifests + image-test + vm-test + vm-rust + vm-ofed
 #                  + vm-traffic + vm-traffic-ofed
 #                  (what CI runs; k8s-test is not in it yet: its suite has not passed end to end)
-#   make image     static release binary built on the host, in a FROM scratch image of
-#                  deploy/Containerfile (podman; offline, no registry), for IMAGE_ARCH (default
-#                  the host's; aarch64 from x86_64 links with rust-lld, no cross toolchain)
+#   make image     static release binaries built on the host (the plugin and
+#                  roce-ipvlan-annotate), in a FROM scratch image of deploy/Containerfile (podman;
+#                  offline, no registry), for IMAGE_ARCH (default the host's; aarch64 from x86_64
+#                  links with rust-lld and compiles ring's C with gcc-aarch64-linux-gnu)
 #   make image-multiarch  make image for amd64 and arm64 (IMAGE-amd64, IMAGE-arm64), then the
 #                  manifest list IMAGE holding both (podman manifest; docs/deploy.md#the-image)
 #   make image-push  push the manifest list and both images to IMAGE's registry (podman login
@@ -75,7 +76,8 @@ ifneq ($(RUST_ARCH),$(shell uname -m))
 CROSS_LINKER_ENV = CARGO_TARGET_$(shell echo $(RUST_ARCH)_unknown_linux_$(or $(STATIC_LIBC),musl) | tr a-z A-Z)_LINKER=$${CROSS_LINKER:-rust-lld}
 endif
 # What `make image` needs besides a Rust toolchain (make deps installs far more: the VM's).
-IMAGE_TOOLS = $(IMAGE_BUILDER) readelf git
+# For another architecture, the C cross compiler ring needs (STATIC_CC below).
+IMAGE_TOOLS = $(IMAGE_BUILDER) readelf git $(if $(filter $(RUST_ARCH),$(shell uname -m)),,$(or $($(STATIC_CC_VAR)),$(STATIC_CC)))
 # The shipped binary links musl (docs/deploy.md). The Rust target comes from rustup: when it is
 # missing, rustup adds it (a download); where that cannot be done, the static build links
 # glibc instead, says so here, and the bench page names the target it measured. Decided once
@@ -85,7 +87,17 @@ STATIC_LIBC := $(or $(STATIC_LIBC),$(shell t=$(RUST_ARCH)-unknown-linux-musl; \
 	else echo "make: the Rust target $$t is missing and 'rustup target add $$t' failed: the static build links glibc (static-pie) instead" >&2; echo gnu; fi))
 export STATIC_LIBC
 RUST_TARGET = $(RUST_ARCH)-unknown-linux-$(STATIC_LIBC)
+# ring (rustls's crypto: the installer's HTTPS to the API server, docs/deploy.md) compiles C and
+# assembly, and cc-rs looks for <arch>-linux-musl-gcc, which Debian does not ship. The C is
+# freestanding (stdint.h, stddef.h), so the host's cc builds it for the host's architecture;
+# another architecture needs a cross compiler: Debian's gcc-aarch64-linux-gnu for aarch64
+# (docs/deploy.md#other-architectures). CC_<target> set by hand wins.
+STATIC_CC_VAR = CC_$(subst -,_,$(RUST_TARGET))
+STATIC_CC = $(if $(filter $(RUST_ARCH),$(shell uname -m)),cc,$(RUST_ARCH)-linux-gnu-gcc)
+STATIC_CC_ENV = $(STATIC_CC_VAR)=$${$(STATIC_CC_VAR):-$(STATIC_CC)}
 STATIC_BIN = target/$(RUST_TARGET)/release/roce-ipvlan
+# The DaemonSet's second container (pods' GID annotation; docs/deploy.md), built with it.
+STATIC_ANNOTATE_BIN = target/$(RUST_TARGET)/release/roce-ipvlan-annotate
 IMAGE_CONTEXT = target/image/$(RUST_TARGET)
 
 .PHONY: k8s-test demo-k8s k8s-build
@@ -140,10 +152,11 @@ validate-manifests: build
 # glibc build (docs/design.md#one-binary-or-two), and a static binary runs on any node's libc.
 # The image holds this binary and nothing else; `make bench` measures it.
 static:
-	$(CROSS_LINKER_ENV) RUSTFLAGS='-C target-feature=+crt-static' $(CARGO) build --locked --release --target $(RUST_TARGET) -p roce-ipvlan
-	@if readelf -lW $(STATIC_BIN) | grep -q 'INTERP\|Requesting program interpreter'; then \
-		echo "static: $(STATIC_BIN) is dynamically linked" >&2; exit 1; fi
-	@echo "static: $(STATIC_BIN) is static, $$(stat -c %s $(STATIC_BIN)) bytes"
+	$(CROSS_LINKER_ENV) $(STATIC_CC_ENV) RUSTFLAGS='-C target-feature=+crt-static' $(CARGO) build --locked --release --target $(RUST_TARGET) -p roce-ipvlan
+	@for b in $(STATIC_BIN) $(STATIC_ANNOTATE_BIN); do \
+		if readelf -lW $$b | grep -q 'INTERP\|Requesting program interpreter'; then \
+			echo "static: $$b is dynamically linked" >&2; exit 1; fi; \
+		echo "static: $$b is static, $$(stat -c %s $$b) bytes"; done
 
 # Where `make static` puts the binary (bench/run.sh reads it).
 static-bin:
@@ -152,12 +165,13 @@ static-bin:
 image-deps:
 	@missing=; for t in $(IMAGE_TOOLS); do command -v $$t >/dev/null || missing="$$missing $$t"; done; \
 	if [ -n "$$missing" ]; then \
-		echo "image: missing:$$missing; install podman (or docker with an engine: IMAGE_BUILDER=docker), binutils (readelf) and git" >&2; exit 1; \
+		echo "image: missing:$$missing; install podman (or docker with an engine: IMAGE_BUILDER=docker), binutils (readelf), git and, for an aarch64 image, gcc-aarch64-linux-gnu" >&2; exit 1; \
 	fi
 
 image: image-deps static
 	rm -rf $(IMAGE_CONTEXT) && mkdir -p $(IMAGE_CONTEXT)
 	cp $(STATIC_BIN) $(IMAGE_CONTEXT)/roce-ipvlan
+	cp $(STATIC_ANNOTATE_BIN) $(IMAGE_CONTEXT)/roce-ipvlan-annotate
 	$(IMAGE_BUILDER) build --platform $(IMAGE_PLATFORM) -f deploy/Containerfile \
 		--build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) \
 		-t $(IMAGE) $(IMAGE_CONTEXT)
@@ -177,7 +191,7 @@ image-push:
 	$(IMAGE_BUILDER) manifest push --all $(IMAGE) docker://$(IMAGE)
 
 image-test: image
-	IMAGE_BUILDER=$(IMAGE_BUILDER) IMAGE_PLATFORM=$(IMAGE_PLATFORM) tests/image-test.sh $(IMAGE) $(STATIC_BIN)
+	IMAGE_BUILDER=$(IMAGE_BUILDER) IMAGE_PLATFORM=$(IMAGE_PLATFORM) tests/image-test.sh $(IMAGE) $(STATIC_BIN) $(STATIC_ANNOTATE_BIN)
 
 vm-shell:
 	tests/vm/run.sh --interactive bash -l

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Tests the shipped image (make image-test), offline:
 #   1. its metadata: entrypoint, the DaemonSet's default command, the OCI labels, and that it
-#      holds exactly one file, /roce-ipvlan, the binary the Makefile built;
+#      holds exactly two files, /roce-ipvlan and /roce-ipvlan-annotate, the binaries the
+#      Makefile built;
 #   2. its installer, run from the image's files against a temporary host CNI directory that
 #      already holds an older plugin: the new binary lands by rename (a hard link to the old
 #      file keeps the old content: nothing was written in place), is executable (0755), leaves
@@ -10,13 +11,14 @@
 # needs a runtime that can set rlimits, which unprivileged CI sandboxes may refuse (crun:
 # "setrlimit RLIMIT_NOFILE: Operation not permitted"), and the installer needs none of it.
 #
-#   tests/image-test.sh IMAGE BINARY
+#   tests/image-test.sh IMAGE BINARY ANNOTATE_BINARY
 # Environment: IMAGE_BUILDER (podman, the default, or docker); IMAGE_PLATFORM (the image's
 # expected os/arch, default linux/amd64); IMAGE_TEST_RUNNER (a command that runs the image's
 # binary, for an image of another architecture, e.g. qemu-aarch64-static).
 set -euo pipefail
 image=${1:?usage: tests/image-test.sh IMAGE BINARY}
-binary=${2:?usage: tests/image-test.sh IMAGE BINARY}
+binary=${2:?usage: tests/image-test.sh IMAGE BINARY ANNOTATE_BINARY}
+annotate=${3:?usage: tests/image-test.sh IMAGE BINARY ANNOTATE_BINARY}
 builder=${IMAGE_BUILDER:-podman}
 platform=${IMAGE_PLATFORM:-linux/amd64}
 read -r -a runner <<<"${IMAGE_TEST_RUNNER:-}"
@@ -55,7 +57,14 @@ container=$("$builder" create "$image")
 mkdir "$work/rootfs"
 "$builder" export "$container" | tar -x -C "$work/rootfs"
 files=$(cd "$work/rootfs" && find . -mindepth 1 -not -type d | sort | tr '\n' ' ')
-expect_eq "files in the image" './roce-ipvlan ' "$files"
+expect_eq "files in the image" './roce-ipvlan ./roce-ipvlan-annotate ' "$files"
+if cmp -s "$annotate" "$work/rootfs/roce-ipvlan-annotate"; then
+	pass "/roce-ipvlan-annotate is $annotate"
+else
+	fail "/roce-ipvlan-annotate differs from $annotate: the image is stale or was built from another binary"
+fi
+expect_eq "roce-ipvlan-annotate --version" "roce-ipvlan-annotate $version (commit $revision" \
+	"$("${runner[@]}" "$work/rootfs/roce-ipvlan-annotate" --version | grep -o '^roce-ipvlan-annotate [^ ]* (commit [^,)]*')"
 if cmp -s "$binary" "$work/rootfs/roce-ipvlan"; then
 	pass "/roce-ipvlan is $binary"
 else

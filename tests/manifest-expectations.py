@@ -50,9 +50,54 @@ def check_installer(ds, *, mode, bin_dir, image, namespace, rails=None, openshif
     else:
         expect("command", c["command"], ["/roce-ipvlan", "uninstall", "--to", INSTALL_DIR, "--wait"])
         expect("readiness probe", probe, ["/roce-ipvlan", "uninstall", "--to", INSTALL_DIR, "--check"])
-    expect("serviceAccountName", spec.get("serviceAccountName"), "roce-ipvlan-installer" if openshift else None)
+    # The pod annotations (docs/deploy.md#gid-indexes-in-the-pod-object): the service
+    # account's token, the node's name and the plugin's records.
+    expect("serviceAccountName", spec.get("serviceAccountName"), "roce-ipvlan-installer")
+    expect("automountServiceAccountToken", spec.get("automountServiceAccountToken"), True)
+    expect("containers", [x["name"] for x in spec["containers"]], ["install", "annotate"])
+    expect("default container", ds["spec"]["template"]["metadata"].get("annotations", {})
+           .get("kubectl.kubernetes.io/default-container"), "install")
+    annotate = [x for x in spec["containers"] if x["name"] == "annotate"]
+    if not annotate:
+        return errors  # said above ("containers")
+    a = annotate[0]
+    expect("annotate image", a["image"], image)
+    expect("annotate command", a["command"], ["/roce-ipvlan-annotate", "--state-dir", "/host/run/roce-ipvlan"])
+    expect("annotate env NODE_NAME", [e for e in a.get("env", []) if e["name"] == "NODE_NAME"],
+           [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}])
+    expect("annotate capabilities", a["securityContext"].get("capabilities"), {"drop": ["ALL"]})
+    expect("annotate SELinux type", a["securityContext"].get("seLinuxOptions", {}).get("type"),
+           "spc_t" if openshift else None)
+    expect("annotate readiness probe", a.get("readinessProbe"), None)
+    state = [v for v in spec["volumes"] if v["name"] == "state"]
+    expect("state volume", state, [{"name": "state", "hostPath": {"path": "/run/roce-ipvlan",
+                                                                  "type": "DirectoryOrCreate"}}])
+    published = [v for v in spec["volumes"] if v["name"] == "published"]
+    expect("published volume", published, [{"name": "published", "hostPath": {"path": "/var/lib/roce-ipvlan",
+                                                                          "type": "DirectoryOrCreate"}}])
+    expect("annotate's mounts", [(m["name"], m["mountPath"]) for m in a.get("volumeMounts", [])],
+           [("state", "/host/run/roce-ipvlan"), ("published", "/host/var/lib/roce-ipvlan")])
+    expect("install's mounts", [m["name"] for m in c.get("volumeMounts", [])], ["cni-bin"])
     selinux = c["securityContext"].get("seLinuxOptions", {}).get("type")
     expect("SELinux type", selinux, "spc_t" if openshift else None)
+    return errors
+
+
+def check_rbac(docs, namespace):
+    """The installer's service account, allowed to patch pods and nothing else."""
+    errors = []
+    sa = [d for d in of_kind(docs, "ServiceAccount") if d["metadata"]["name"] == "roce-ipvlan-installer"]
+    if [d["metadata"].get("namespace") for d in sa] != [namespace]:
+        errors.append(f"ServiceAccount roce-ipvlan-installer: {len(sa)} found, expected one in {namespace}")
+    roles = [d for d in of_kind(docs, "ClusterRole") if d["metadata"]["name"] == "roce-ipvlan-installer"]
+    want_rules = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]}]
+    if [r.get("rules") for r in roles] != [want_rules]:
+        errors.append(f"ClusterRole roce-ipvlan-installer: {[r.get('rules') for r in roles]}, expected [{want_rules}]")
+    bindings = [d for d in of_kind(docs, "ClusterRoleBinding") if d["metadata"]["name"] == "roce-ipvlan-installer"]
+    want_binding = ({"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "roce-ipvlan-installer"},
+                    [{"kind": "ServiceAccount", "name": "roce-ipvlan-installer", "namespace": namespace}])
+    if [(b["roleRef"], b["subjects"]) for b in bindings] != [want_binding]:
+        errors.append(f"ClusterRoleBinding roce-ipvlan-installer: {bindings}, expected one binding {want_binding}")
     return errors
 
 
@@ -110,10 +155,11 @@ def check(name, docs):
         if name in ("deploy", "deploy/base"):
             return (check_installer(installer(docs), mode="install", bin_dir="/opt/cni/bin", image=image,
                                     namespace="roce-ipvlan")
-                    + check_namespace(docs, "roce-ipvlan"))
+                    + check_namespace(docs, "roce-ipvlan") + check_rbac(docs, "roce-ipvlan"))
         if name == "deploy/openshift":
-            return check_installer(installer(docs), mode="install", bin_dir="/var/lib/cni/bin", image=image,
-                                   namespace="roce-ipvlan", openshift=True)
+            return (check_installer(installer(docs), mode="install", bin_dir="/var/lib/cni/bin", image=image,
+                                    namespace="roce-ipvlan", openshift=True)
+                    + check_rbac(docs, "roce-ipvlan"))
         if name == "deploy/uninstall":
             return check_installer(installer(docs), mode="uninstall", bin_dir="/opt/cni/bin", image=image,
                                    namespace="roce-ipvlan")
@@ -131,10 +177,12 @@ def check(name, docs):
         if name == "chart:defaults":
             return (check_installer(installer(docs), mode="install", bin_dir="/opt/cni/bin", image=image,
                                     namespace="roce-ipvlan")
-                    + check_nads(docs, names=[], namespace="roce-ipvlan") + check_pools(docs, []))
+                    + check_nads(docs, names=[], namespace="roce-ipvlan") + check_pools(docs, [])
+                    + check_rbac(docs, "roce-ipvlan"))
         if name == "chart:openshift-deviceid":
             return (check_installer(installer(docs), mode="install", bin_dir="/var/lib/cni/bin", image=image,
                                     namespace="roce-ipvlan", openshift=True)
+                    + check_rbac(docs, "roce-ipvlan")
                     + check_nads(docs, names=["rdma-rails"], namespace="roce-ipvlan",
                                  pool=("cidrpool", "rdma-rail-cidr-pool"))
                     + check_pools(docs, [("CIDRPool", "rdma-rail-cidr-pool")]))

@@ -33,6 +33,7 @@ pub(crate) mod attach {
     pub(crate) mod ipam;
     pub(crate) mod ipv6;
     pub(crate) mod ipvlan;
+    pub(crate) mod pod_record;
     pub(crate) mod rail;
     pub(crate) mod routing;
     pub(crate) mod undo;
@@ -47,9 +48,11 @@ pub(crate) mod commands {
 }
 /// The operator subcommands (`roce-ipvlan <subcommand>`).
 pub(crate) mod tools {
+    pub(crate) mod annotate;
     pub(crate) mod cli;
     pub(crate) mod diagnose;
     pub(crate) mod install;
+    pub(crate) mod kube;
     pub(crate) mod ready;
     pub(crate) mod validate;
     pub(crate) mod workload_env;
@@ -67,6 +70,7 @@ pub mod fuzzing {
 /// The operator subcommands' entry points, for main.rs: each takes the arguments after its name
 /// and returns the exit status.
 pub mod subcommand {
+    pub use crate::tools::annotate::main as annotate;
     pub use crate::tools::diagnose::main as diagnose;
     pub use crate::tools::install::main as install;
     pub use crate::tools::install::uninstall_main as uninstall;

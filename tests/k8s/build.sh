@@ -124,7 +124,7 @@ cp "$bin"/{multus,thin_entrypoint,install_multus} "$ctx/multus/"
 cp "$bin/passthru-cni" "$ctx/multus/passthru" # install_multus copies it to the node too
 build_image localhost/multus-cni:v4.2.3-thin "$here/images/Containerfile.multus" "$ctx/multus"
 
-# The installer image: the shipped static binary, built by `make image` (which rebuilds it when
+# The installer image: the shipped static binaries, built by `make image` (which rebuilds it when
 # the sources changed) under the name the node's kustomization gives it.
 version=$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' "$repo/Cargo.toml")
 installer=${ROCE_IPVLAN_IMAGE:-localhost/roce-ipvlan:$version}
@@ -133,7 +133,9 @@ make -s -C "$repo" image IMAGE="$installer" >"$cache/image.log" 2>&1 || {
 	exit 1
 }
 static=$(make -s -C "$repo" static-bin)
-want=$(sha256sum "$repo/$static" | cut -c1-16)
+# The image's second binary (the DaemonSet's annotate container) is built beside the plugin.
+annotate=${static%/*}/roce-ipvlan-annotate
+want=$(cat "$repo/$static" "$repo/$annotate" | sha256sum | cut -c1-16)
 stamp=$images/.stamp-installer
 if [[ ! -f $stamp || $(cat "$stamp") != "$want $installer" ]]; then
 	save_image "$installer"
@@ -145,6 +147,7 @@ fi
 mkdir -p "$ctx/rollout"
 { cat "$repo/$static" && printf '\n%s\n' 'roce-ipvlan rollout test'; } >"$ctx/rollout/roce-ipvlan"
 chmod 0755 "$ctx/rollout/roce-ipvlan"
+cp "$repo/$annotate" "$ctx/rollout/roce-ipvlan-annotate"
 build_image "${installer%:*}:rollout" "$repo/deploy/Containerfile" "$ctx/rollout"
 
 # The test-pod root: debootstrap of Debian's packages, cached as a tar by its package list.

@@ -11,6 +11,7 @@ use crate::attach::failpoint::failpoint;
 use crate::attach::ipam::Ipam;
 use crate::attach::ipv6;
 use crate::attach::ipvlan;
+use crate::attach::pod_record;
 use crate::attach::rail;
 use crate::attach::routing::{self, RULE_PRIORITY};
 use crate::attach::undo::UndoStack;
@@ -126,6 +127,7 @@ pub fn add(env: &Env, conf: &NetConf) -> Result<Value> {
     )?;
     let runs = build_all(&ready);
     if runs.iter().all(|run| run.outcome.is_ok()) {
+        record(env, &ready, &runs);
         return Ok(result(&ready, runs));
     }
     // The first failing rail's error is the ADD's; the others are logged.
@@ -385,6 +387,54 @@ fn result(r: &Ready<'_>, runs: Vec<RailRun>) -> Value {
         roces.push(b.roce);
     }
     merged.to_json_rails(&r.conf.cni_version, &roces)
+}
+
+/// Leaves the attachment record for the installer to publish in the pod's object
+/// (pod_record.rs), when the runtime named a Kubernetes pod. The last step of a successful
+/// ADD, after which nothing can fail, so no failed ADD leaves one; and a record that cannot be
+/// written fails nothing: it is what the operator sees, not what the pod needs.
+fn record(env: &Env, r: &Ready<'_>, runs: &[RailRun]) {
+    let args = std::env::var("CNI_ARGS").unwrap_or_default();
+    let Some(pod) = pod_record::PodRef::from_cni_args(&args) else {
+        tracing::debug!("no Kubernetes pod in CNI_ARGS: no attachment record");
+        return;
+    };
+    let rails = r
+        .rails
+        .iter()
+        .zip(runs)
+        .filter_map(|(rail, run)| {
+            let built = run.outcome.as_ref().ok()?;
+            Some(pod_record::Rail {
+                interface: rail.env.ifname.clone(),
+                rail: rail.master.name.clone(),
+                device: built.roce.rdma_device.clone(),
+                port: built.roce.port,
+                gid_index: built.roce.gid_index,
+                gid: pod_record::gid_text(built.roce.gid),
+                addresses: built.result.ips.iter().map(|ip| ip.address).collect(),
+            })
+        })
+        .collect();
+    let record = pod_record::Record {
+        version: pod_record::VERSION,
+        network: r.conf.name.clone(),
+        container_id: env.container_id.clone(),
+        ifname: env.ifname.clone(),
+        pod,
+        rails,
+    };
+    match pod_record::write(std::path::Path::new(pod_record::DIR), &record) {
+        Ok(path) => {
+            tracing::info!(path = %path.display(), pod = %record.pod, "attachment record written")
+        }
+        Err(e) => tracing::warn!(
+            error = %e,
+            "cannot write the attachment record under {}: the pod's roce-ipvlan.io/gids \
+             annotation will not list this attachment (the attachment itself is fine)",
+            pod_record::DIR
+        ),
+    }
 }
 
 /// roce-ipvlan creates the attachment's interface, so it must be the first plugin of its list

@@ -4,6 +4,7 @@
 
 use crate::attach::ipam::Ipam;
 use crate::attach::ipvlan;
+use crate::attach::pod_record;
 use crate::kernel::lock;
 use crate::kernel::netlink::RouteSocket;
 use crate::kernel::netns::Netns;
@@ -25,6 +26,12 @@ pub fn del(env: &Env, conf: &NetConf) -> Result<()> {
             None
         }
     };
+    // First: whatever else fails below, the installer stops publishing this attachment.
+    pod_record::remove(
+        std::path::Path::new(pod_record::DIR),
+        &env.container_id,
+        &env.ifname,
+    );
     if let Some(path) = &conf.device_info_file {
         // Another pod's file (or one not named for this attachment) is left as it is, and
         // DEL goes on: ADD refused it, so there is nothing of ours to remove there.

@@ -11,9 +11,11 @@
 //!   (`runtimeConfig.CNIDeviceInfoFile`), which a GC request does not carry and which cannot be
 //!   derived from a container ID: it cannot be enumerated, and Multus removes its own directory
 //!   entries;
+//! - the attachment records (pod_record.rs) are keyed by container id and ifname: GC removes
+//!   its network's records of attachments not in the list;
 //! - there is no cache, lock file or database.
 //!
-//! So GC checks the request and forwards it to the IPAM plugin (host-local's allocations, for
+//! So GC checks the request, removes stale records, and forwards it to the IPAM plugin (host-local's allocations, for
 //! instance, are exactly the state that outlives a crashed runtime), when that plugin speaks
 //! CNI 1.1; an older IPAM plugin is skipped with a log line.
 
@@ -22,6 +24,7 @@ use serde_json::{json, Value};
 
 use crate::attach::ipam::{Delegated, Ipam};
 use crate::attach::ipvlan;
+use crate::attach::pod_record;
 use crate::kernel::netlink::RouteSocket;
 use crate::protocol::cni::{self, Env};
 use crate::protocol::config::NetConf;
@@ -41,10 +44,15 @@ pub struct Attachment {
 pub fn gc(env: &Env, conf: &NetConf) -> Result<()> {
     cni::require_status_gc(&conf.cni_version, "GC")?;
     let valid = valid_attachments(&conf.raw)?;
+    let keep: Vec<(String, String)> = valid
+        .iter()
+        .map(|a| (a.container_id.clone(), a.ifname.clone()))
+        .collect();
+    let removed = pod_record::gc(std::path::Path::new(pod_record::DIR), &conf.name, &keep);
     tracing::info!(
         valid = valid.len(),
-        "GC: roce-ipvlan keeps no per-attachment state outside the pods' namespaces; \
-         forwarding to IPAM"
+        stale_records = removed,
+        "GC: stale attachment records removed; forwarding to IPAM"
     );
     let expanded;
     let conf = if conf.multi_rail() {

@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # Day one on a cluster (docs/deploy.md): the installer stays Ready while a RoCE port it does not
-# own is down, and stays on a node that gets a taint nobody told it about.
+# own is down, and stays on a node that gets a taint nobody told it about; a pod's GID indexes
+# are in its object.
 
 installer_ready() {
 	[[ $(kubectl -n roce-ipvlan get pods -l app.kubernetes.io/component=cni-installer \
@@ -31,4 +32,69 @@ test_installer_tolerates_a_foreign_taint() {
 	kubectl taint node "$K8S_NODE" example.com/maintenance- >/dev/null
 	assert_eq "$now" "$uid" "the installer pod (uid) after a NoExecute taint it does not know"
 	installer_ready || fail "the installer is not Ready after the taint"
+}
+
+# gids_of POD: the pod's roce-ipvlan.io/gids annotation once it lists N children (the installer
+# reads the plugin's records every 3 s), else whatever it is after a minute.
+gids_of() {
+	local pod=$1 n=$2 gids _
+	for _ in $(seq 30); do
+		gids=$(kubectl get pod "$pod" -o jsonpath='{.metadata.annotations.roce-ipvlan\.io/gids}')
+		[[ -n $gids && $(jq 'length' <<<"$gids" 2>/dev/null) == "$n" ]] && break
+		sleep 2
+	done
+	echo "$gids"
+}
+
+# check_gids POD GIDS RAIL...: each netN's entry names its rail, the rail's RDMA device, and the
+# index at which the pod's own GID table (read in the pod) has the GID of netN's address, the
+# index its ifalias names too.
+check_gids() {
+	local pod=$1 gids=$2 i=1 rail ifn ip entry dev port idx alias
+	shift 2
+	for rail in "$@"; do
+		ifn=net$i
+		ip=$(verify_pod_rail "$pod" "$ifn" "$rail")
+		entry=$(jq -c --arg i "$ifn" '.[] | select(.interface == $i)' <<<"$gids")
+		[[ -n $entry ]] || fail "roce-ipvlan.io/gids of $pod has no entry for $ifn: $gids"
+		dev=$(jq -r .device <<<"$entry") port=$(jq -r .port <<<"$entry") idx=$(jq -r .gidIndex <<<"$entry")
+		assert_eq "$(jq -r .rail <<<"$entry")" "$rail" "$pod/$ifn's rail in the annotation"
+		assert_eq "$dev" "$(rail_rdma_dev "$rail")" "$pod/$ifn's RDMA device in the annotation"
+		assert_eq "$(in_pod "$pod" cat "/sys/class/infiniband/$dev/ports/$port/gids/$idx")" "$(gid_of_ipv4 "$ip")" \
+			"the GID at the annotation's index $idx of $dev port $port, read in $pod"
+		assert_eq "$(jq -r .gid <<<"$entry")" "$(gid_of_ipv4 "$ip")" "$pod/$ifn's GID in the annotation"
+		alias=$(in_pod "$pod" cat "/sys/class/net/$ifn/ifalias")
+		assert_match "$alias" "gid_index=$idx " "$pod/$ifn's ifalias names the annotation's index"
+		i=$((i + 1))
+	done
+}
+
+test_pod_gid_indexes_in_its_object() {
+	local gids uid
+	rail_nad gids
+	testpod gidpod "$(networks_on_rails gids rdma1 rdma2)"
+	wait_pod_ready gidpod 300 || { kubectl describe pod gidpod | tail -n 15; fail "pod 'gidpod' is not Ready"; }
+	gids=$(gids_of gidpod 2)
+	note "roce-ipvlan.io/gids: $gids"
+	if [[ -z $gids ]]; then
+		kubectl -n roce-ipvlan logs ds/roce-ipvlan-installer -c annotate | tail -n 20
+		fail "pod gidpod has no roce-ipvlan.io/gids annotation (the annotate container's log is above)"
+	fi
+	check_gids gidpod "$gids" rdma1 rdma2
+	kubectl get pod gidpod -o yaml | grep -q 'roce-ipvlan.io/gids:' || fail "kubectl get pod -o yaml shows no roce-ipvlan.io/gids"
+
+	# A pod recreated under the same name shows its own sandbox's GIDs, never the old one's.
+	uid=$(kubectl get pod gidpod -o jsonpath='{.metadata.uid}')
+	kubectl delete pod gidpod --grace-period=1 --wait=true --timeout=120s >/dev/null
+	testpod gidpod "$(networks_on_rails gids rdma3)"
+	wait_pod_ready gidpod 300 || { kubectl describe pod gidpod | tail -n 15; fail "pod 'gidpod' (recreated) is not Ready"; }
+	[[ $(kubectl get pod gidpod -o jsonpath='{.metadata.uid}') != "$uid" ]] || fail "the pod was not recreated"
+	gids=$(gids_of gidpod 1)
+	note "recreated: roce-ipvlan.io/gids: $gids"
+	check_gids gidpod "$gids" rdma3
+	[[ -z $(find /run/roce-ipvlan/attachments -name '*.json' -exec grep -l "$uid" {} + 2>/dev/null) ]] ||
+		fail "an attachment record of the deleted pod (uid $uid) is left on the node"
+	if kubectl -n roce-ipvlan logs ds/roce-ipvlan-installer -c annotate | grep 'roce-ipvlan annotate:'; then
+		fail "the installer logged annotation errors (above)"
+	fi
 }

@@ -1,0 +1,675 @@
+//! `roce-ipvlan-annotate`, the installer DaemonSet's second container: every few seconds it
+//! reads the attachment records the plugin leaves on the node (pod_record.rs) and publishes each
+//! pod's RoCE GIDs in the pod's object, so that `kubectl get pod -o yaml` shows which GID index each rail got:
+//!
+//! ```text
+//! roce-ipvlan.io/gids: '[{"interface":"net1","rail":"rdma0","device":"mlx5_0","port":1,"gidIndex":3,"gid":"0000:0000:0000:0000:0000:ffff:0a00:0005"}]'
+//! ```
+//!
+//! One JSON list per pod, every attachment's children in interface order. A pod is patched only
+//! when its list changed; a pod whose records are gone (DEL) gets the annotation removed. Each
+//! patch carries the pod's UID: the API server refuses it for a pod recreated under the same
+//! name (the UID is immutable), so a new pod never shows a dead sandbox's GIDs; the records of
+//! such a pod, or of one deleted, are skipped until DEL or GC removes them. What was published
+//! is kept on the node's disk, so a restarted annotator, or one on a restarted node (whose
+//! tmpfs records are gone), still removes the annotation of a pod detached meanwhile.
+//!
+//! Failures (the API server unreachable, RBAC missing) go to the container's log with what to
+//! do, once per pod and message, and are retried on the next pass; they never stop it.
+//!
+//! A binary of its own (src/main_annotate.rs) rather than a subcommand of `roce-ipvlan`: the
+//! HTTPS client (rustls and ring, about 1 MB) stays out of the plugin that Multus runs as root
+//! on every attachment and that the 2 MB target is about (docs/design.md#one-binary-or-two).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::attach::pod_record::{self, PodRef, Record};
+use crate::tools::cli::{self, Long, Parsed, Short};
+use crate::tools::kube::{Client, Response};
+
+/// The annotation's key.
+pub const ANNOTATION: &str = "roce-ipvlan.io/gids";
+
+/// Where the installer sees the plugin's state directory (/run/roce-ipvlan on the host).
+pub const DEFAULT_STATE_DIR: &str = "/host/run/roce-ipvlan";
+
+/// What was published, on the node's disk (/var/lib/roce-ipvlan), so that it outlives a node
+/// restart as the pods' annotations do.
+pub const DEFAULT_PUBLISHED: &str = "/host/var/lib/roce-ipvlan/annotated.json";
+
+/// How often the records are read.
+pub const INTERVAL: Duration = Duration::from_secs(3);
+
+/// One child of a pod's attachments, as the annotation lists it.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Entry<'a> {
+    interface: &'a str,
+    rail: &'a str,
+    device: &'a str,
+    port: u32,
+    gid_index: u32,
+    gid: &'a str,
+}
+
+/// The annotation each pod should have: its records' children, in interface order.
+pub fn desired(records: &[Record]) -> BTreeMap<PodRef, String> {
+    let mut by_pod: BTreeMap<&PodRef, Vec<Entry<'_>>> = BTreeMap::new();
+    for record in records {
+        by_pod
+            .entry(&record.pod)
+            .or_default()
+            .extend(record.rails.iter().map(|r| Entry {
+                interface: &r.interface,
+                rail: &r.rail,
+                device: &r.device,
+                port: r.port,
+                gid_index: r.gid_index,
+                gid: &r.gid,
+            }));
+    }
+    by_pod
+        .into_iter()
+        .map(|(pod, mut entries)| {
+            entries.sort_by(|a, b| a.interface.cmp(b.interface));
+            let value = serde_json::to_string(&entries).expect("entries always serialize");
+            (pod.clone(), value)
+        })
+        .collect()
+}
+
+/// What to patch: pods whose annotation differs from what was published (the value), and pods
+/// published before whose records are gone (None: remove the annotation). Pods known to be
+/// gone or recreated are left out.
+pub fn plan(
+    desired: &BTreeMap<PodRef, String>,
+    published: &BTreeMap<PodRef, String>,
+    gone: &BTreeSet<PodRef>,
+) -> Vec<(PodRef, Option<String>)> {
+    let mut changes: Vec<(PodRef, Option<String>)> = desired
+        .iter()
+        .filter(|(pod, value)| !gone.contains(*pod) && published.get(*pod) != Some(*value))
+        .map(|(pod, value)| (pod.clone(), Some(value.clone())))
+        .collect();
+    changes.extend(
+        published
+            .keys()
+            .filter(|pod| !desired.contains_key(*pod))
+            .map(|pod| (pod.clone(), None)),
+    );
+    changes
+}
+
+/// The JSON merge patch (RFC 7386) that sets or removes the annotation, with the UID as a
+/// precondition.
+pub fn patch_body(pod: &PodRef, value: Option<&str>) -> String {
+    serde_json::json!({
+        "metadata": {
+            "uid": pod.uid,
+            "annotations": { ANNOTATION: value },
+        }
+    })
+    .to_string()
+}
+
+/// The pod's API path; its names were checked (PodRef::is_valid), so they need no escaping.
+pub fn pod_path(pod: &PodRef) -> String {
+    format!("/api/v1/namespaces/{}/pods/{}", pod.namespace, pod.name)
+}
+
+/// How a patch went.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Done,
+    /// The pod no longer exists, or another pod has its name now.
+    Gone,
+    Failed(String),
+}
+
+/// Judges the API server's answer to a patch of `pod`.
+pub fn judge(pod: &PodRef, response: &Response) -> Outcome {
+    let message = response.message();
+    match response.status {
+        200..=299 => Outcome::Done,
+        404 => Outcome::Gone,
+        // The UID in the patch is immutable: another pod of that name answers 422
+        // "metadata.uid: Invalid value: …: field is immutable" (kube-apiserver 1.36); a 409
+        // "Precondition failed: UID in precondition" is the same refusal elsewhere.
+        409 | 422 if message.to_ascii_lowercase().contains("uid") => Outcome::Gone,
+        401 => Outcome::Failed(format!(
+            "the API server refused the service account token (401 Unauthorized: {message}): \
+             check that the installer's pod mounts its token (automountServiceAccountToken) \
+             and that its service account exists"
+        )),
+        403 => Outcome::Failed(format!(
+            "the installer may not patch pod {pod} (403 Forbidden: {message}): its service \
+             account needs the verb \"patch\" on the resource \"pods\" (core API group); apply \
+             the ClusterRole and ClusterRoleBinding roce-ipvlan-installer of deploy/ or the \
+             chart (docs/deploy.md#gid-indexes-in-the-pod-object)"
+        )),
+        status => Outcome::Failed(format!(
+            "patching pod {pod} got HTTP {status}: {message}; retried on the next pass"
+        )),
+    }
+}
+
+/// The annotator's memory: what it published, what it found gone, what it last logged.
+pub struct Annotator {
+    client: Client,
+    records: PathBuf,
+    state_file: PathBuf,
+    published: BTreeMap<PodRef, String>,
+    gone: BTreeSet<PodRef>,
+    logged: BTreeMap<PodRef, String>,
+    skipped: BTreeSet<PathBuf>,
+}
+
+#[derive(Serialize, serde::Deserialize)]
+struct Published {
+    pod: PodRef,
+    value: String,
+}
+
+impl Annotator {
+    /// Reads what an earlier annotator published (`state_file`); the records are in
+    /// `state_dir`/attachments.
+    pub fn new(client: Client, state_dir: &Path, state_file: &Path) -> Annotator {
+        let state_file = state_file.to_path_buf();
+        let published = std::fs::read(&state_file)
+            .ok()
+            .and_then(|text| serde_json::from_slice::<Vec<Published>>(&text).ok())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|p| p.pod.is_valid())
+            .map(|p| (p.pod, p.value))
+            .collect();
+        Annotator {
+            client,
+            records: state_dir.join("attachments"),
+            state_file,
+            published,
+            gone: BTreeSet::new(),
+            logged: BTreeMap::new(),
+            skipped: BTreeSet::new(),
+        }
+    }
+
+    /// One pass: read the records, patch what changed, remember it.
+    pub fn pass(&mut self) {
+        let entries = match pod_record::read_all(&self.records) {
+            Ok(e) => e,
+            Err(e) => {
+                self.log_once(None, format!("cannot read {}: {e}", self.records.display()));
+                return;
+            }
+        };
+        // Bounded by the files there now: a skipped file that went is forgotten.
+        self.skipped
+            .retain(|skipped| entries.iter().any(|(path, _)| path == skipped));
+        let mut records = Vec::with_capacity(entries.len());
+        for (path, record) in entries {
+            match record {
+                Ok(r) => records.push(r),
+                Err(why) => {
+                    if self.skipped.insert(path.clone()) {
+                        eprintln!("roce-ipvlan annotate: {} skipped: {why}", path.display());
+                    }
+                }
+            }
+        }
+        let desired = desired(&records);
+        // Forget what no record names any more: bounded by the node's records.
+        self.gone.retain(|pod| desired.contains_key(pod));
+        self.logged
+            .retain(|pod, _| desired.contains_key(pod) || self.published.contains_key(pod));
+        let changes = plan(&desired, &self.published, &self.gone);
+        if changes.is_empty() {
+            return;
+        }
+        for (pod, value) in changes {
+            let outcome = match self.client.patch(
+                &pod_path(&pod),
+                "application/merge-patch+json",
+                patch_body(&pod, value.as_deref()).as_bytes(),
+            ) {
+                Ok(response) => judge(&pod, &response),
+                Err(e) => Outcome::Failed(format!(
+                    "cannot patch pod {pod}: {e}; retried on the next pass"
+                )),
+            };
+            match outcome {
+                Outcome::Done => {
+                    match &value {
+                        Some(v) => {
+                            println!("annotated pod {pod}: {ANNOTATION}={v}");
+                            self.published.insert(pod.clone(), v.clone());
+                        }
+                        None => {
+                            println!("removed {ANNOTATION} from pod {pod}: no attachment left");
+                            self.published.remove(&pod);
+                        }
+                    }
+                    self.logged.remove(&pod);
+                }
+                Outcome::Gone => {
+                    println!(
+                        "pod {pod} is gone or was recreated: its attachment records are not \
+                         published (DEL or GC removes them)"
+                    );
+                    self.published.remove(&pod);
+                    if value.is_some() {
+                        self.gone.insert(pod);
+                    }
+                }
+                Outcome::Failed(message) => self.log_once(Some(&pod), message),
+            }
+        }
+        self.save();
+    }
+
+    fn log_once(&mut self, pod: Option<&PodRef>, message: String) {
+        let key = pod.cloned().unwrap_or(PodRef {
+            namespace: String::new(),
+            name: String::new(),
+            uid: String::new(),
+        });
+        if self.logged.get(&key) != Some(&message) {
+            eprintln!("roce-ipvlan annotate: {message}");
+            self.logged.insert(key, message);
+        }
+    }
+
+    fn save(&mut self) {
+        let list: Vec<Published> = self
+            .published
+            .iter()
+            .map(|(pod, value)| Published {
+                pod: pod.clone(),
+                value: value.clone(),
+            })
+            .collect();
+        let text = serde_json::to_vec(&list).expect("the published list always serializes");
+        let written = match self.state_file.parent() {
+            Some(dir) => std::fs::create_dir_all(dir),
+            None => Ok(()),
+        }
+        .and_then(|()| crate::kernel::atomic_file::write(&self.state_file, &text, 0o644));
+        if let Err(e) = written {
+            self.log_once(
+                None,
+                format!(
+                    "cannot save what was published to {}: {e} (a restarted annotator may leave \
+                     an annotation of a pod detached meanwhile)",
+                    self.state_file.display()
+                ),
+            );
+        }
+    }
+}
+
+/// Whether to run, and with which client: in a cluster (`KUBERNETES_SERVICE_HOST`) on a node
+/// (`NODE_NAME`, the downward API), as the DaemonSet runs it. Otherwise it says why not.
+fn client() -> Option<Client> {
+    let node = std::env::var("NODE_NAME").ok().filter(|n| !n.is_empty());
+    match (Client::in_cluster(), node) {
+        (Ok(Some(client)), Some(node)) => {
+            println!(
+                "publishing the GID indexes of node {node}'s pods as their {ANNOTATION} \
+                 annotation (API server {})",
+                client.endpoint()
+            );
+            Some(client)
+        }
+        (Ok(None), _) => {
+            eprintln!(
+                "roce-ipvlan annotate: not annotating pods: KUBERNETES_SERVICE_HOST is not set \
+                 (not in a cluster)"
+            );
+            None
+        }
+        (Ok(Some(_)), None) => {
+            eprintln!(
+                "roce-ipvlan annotate: not annotating pods: NODE_NAME is not set (the DaemonSet \
+                 sets it from spec.nodeName)"
+            );
+            None
+        }
+        (Err(e), _) => {
+            eprintln!("roce-ipvlan annotate: not annotating pods: {e}");
+            None
+        }
+    }
+}
+
+/// `roce-ipvlan-annotate [--state-dir DIR]`: the DaemonSet's `annotate` container. Publishes
+/// the node's pods' GID indexes every few seconds until SIGTERM/SIGINT. It never exits on its
+/// own, not even when it cannot annotate (outside a cluster, no NODE_NAME): an exit would
+/// restart the container, and a crash loop would make the DaemonSet's pod unready.
+pub fn main(args: &[String]) -> i32 {
+    const USAGE: &str = "usage: roce-ipvlan-annotate [--state-dir DIR] [--published FILE]\n\
+                 Publishes the GID indexes of this node's pods as their roce-ipvlan.io/gids \
+                 annotation, from the plugin's records in DIR/attachments (default \
+                 /host/run/roce-ipvlan), every 3 seconds, until SIGTERM; what it published is \
+                 kept in FILE (default /host/var/lib/roce-ipvlan/annotated.json). Needs the \
+                 service account's token (patch on pods) and NODE_NAME; docs/deploy.md.";
+    let (state_dir, published) = match cli::args_or_exit("annotate", USAGE, parse_args(args)) {
+        Ok(dirs) => dirs,
+        Err(code) => return code,
+    };
+    let stop = wait_for_signal();
+    let Some(client) = client() else {
+        // Nothing to do: stay up (see above) until told to stop.
+        let _ = stop.recv();
+        return 0;
+    };
+    println!("records in {}", state_dir.join("attachments").display());
+    let mut annotator = Annotator::new(client, &state_dir, &published);
+    loop {
+        annotator.pass();
+        match stop.recv_timeout(INTERVAL) {
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            _ => return 0,
+        }
+    }
+}
+
+fn parse_args(args: &[String]) -> cli::Outcome<(PathBuf, PathBuf)> {
+    cli::parse(args, |p| {
+        let mut dir = PathBuf::from(DEFAULT_STATE_DIR);
+        let mut published = PathBuf::from(DEFAULT_PUBLISHED);
+        while let Some(arg) = p.next()? {
+            match arg {
+                Long("state-dir") => dir = PathBuf::from(cli::string(p)?),
+                Long("published") => published = PathBuf::from(cli::string(p)?),
+                Short('h') | Long("help") => return Ok(Parsed::Help),
+                arg => return Err(cli::unexpected(arg)),
+            }
+        }
+        Ok(Parsed::Run((dir, published)))
+    })
+}
+
+/// A channel that gets a message on SIGTERM or SIGINT. As PID 1 of its container the process
+/// has no default action for them (the kernel ignores them for PID 1), so it waits for them
+/// itself: blocked in every thread, sigwait()ed by one.
+fn wait_for_signal() -> std::sync::mpsc::Receiver<()> {
+    use nix::sys::signal::{SigSet, Signal};
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGTERM);
+    set.add(Signal::SIGINT);
+    if let Err(e) = set.thread_block() {
+        eprintln!("roce-ipvlan annotate: cannot block signals ({e}): SIGTERM ends it abruptly");
+        std::mem::forget(tx);
+        return rx;
+    }
+    std::thread::spawn(move || match set.wait() {
+        Ok(sig) => {
+            println!("{sig}: exiting");
+            let _ = tx.send(());
+        }
+        Err(e) => {
+            eprintln!("roce-ipvlan annotate: waiting for signals failed: {e}");
+            std::mem::forget(tx);
+        }
+    });
+    rx
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attach::pod_record::Rail;
+
+    fn pod(name: &str, uid: &str) -> PodRef {
+        PodRef {
+            namespace: "ml".into(),
+            name: name.into(),
+            uid: uid.into(),
+        }
+    }
+
+    fn record(p: &PodRef, ifname: &str, children: &[(&str, &str, u32)]) -> Record {
+        Record {
+            version: pod_record::VERSION,
+            network: "rails".into(),
+            container_id: "c1".into(),
+            ifname: ifname.into(),
+            pod: p.clone(),
+            rails: children
+                .iter()
+                .map(|(child, rail, index)| Rail {
+                    interface: child.to_string(),
+                    rail: rail.to_string(),
+                    device: format!("rxe_{rail}"),
+                    port: 1,
+                    gid_index: *index,
+                    gid: "0000:0000:0000:0000:0000:ffff:0a00:0005".into(),
+                    addresses: vec![],
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn one_list_per_pod_in_interface_order() {
+        let a = pod("a", "aa-1");
+        let b = pod("b", "bb-2");
+        let records = vec![
+            record(&a, "net2", &[("net2", "rdma1", 4)]),
+            record(&a, "net1", &[("net1", "rdma0", 3)]),
+            record(&b, "roce", &[("roce0", "rdma0", 5), ("roce1", "rdma1", 2)]),
+        ];
+        let d = desired(&records);
+        assert_eq!(d.len(), 2);
+        assert_eq!(
+            d[&a],
+            r#"[{"interface":"net1","rail":"rdma0","device":"rxe_rdma0","port":1,"gidIndex":3,"gid":"0000:0000:0000:0000:0000:ffff:0a00:0005"},{"interface":"net2","rail":"rdma1","device":"rxe_rdma1","port":1,"gidIndex":4,"gid":"0000:0000:0000:0000:0000:ffff:0a00:0005"}]"#
+        );
+        let parsed: serde_json::Value = serde_json::from_str(&d[&b]).unwrap();
+        assert_eq!(parsed[1]["interface"], "roce1");
+        assert_eq!(parsed[1]["gidIndex"], 2);
+    }
+
+    #[test]
+    fn only_changes_are_patched() {
+        let a = pod("a", "aa-1");
+        let b = pod("b", "bb-2");
+        let c = pod("c", "cc-3");
+        let desired = BTreeMap::from([(a.clone(), "[1]".to_string()), (b.clone(), "[2]".into())]);
+        let published = BTreeMap::from([
+            (a.clone(), "[1]".to_string()),
+            (c.clone(), "[3]".to_string()),
+        ]);
+        // a unchanged, b new, c detached.
+        assert_eq!(
+            plan(&desired, &published, &BTreeSet::new()),
+            vec![(b.clone(), Some("[2]".into())), (c.clone(), None)]
+        );
+        // Nothing to do once published; a pod found gone is not retried.
+        assert!(plan(&desired, &desired, &BTreeSet::new()).is_empty());
+        assert!(plan(
+            &desired,
+            &BTreeMap::from([(a, "[1]".into())]),
+            &BTreeSet::from([b])
+        )
+        .is_empty());
+    }
+
+    #[test]
+    fn the_patch_sets_or_removes_the_annotation_under_the_pods_uid() {
+        let a = pod("trainer-0", "0b6e2a3c-7d1f");
+        let set: serde_json::Value =
+            serde_json::from_str(&patch_body(&a, Some(r#"[{"gidIndex":3}]"#))).unwrap();
+        assert_eq!(
+            set,
+            serde_json::json!({"metadata": {"uid": "0b6e2a3c-7d1f",
+                "annotations": {"roce-ipvlan.io/gids": "[{\"gidIndex\":3}]"}}})
+        );
+        let unset: serde_json::Value = serde_json::from_str(&patch_body(&a, None)).unwrap();
+        assert_eq!(
+            unset["metadata"]["annotations"][ANNOTATION],
+            serde_json::Value::Null
+        );
+        assert_eq!(pod_path(&a), "/api/v1/namespaces/ml/pods/trainer-0");
+    }
+
+    #[test]
+    fn arguments() {
+        let args = |l: &[&str]| l.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            parse_args(&args(&[])).unwrap(),
+            Parsed::Run((
+                PathBuf::from("/host/run/roce-ipvlan"),
+                PathBuf::from("/host/var/lib/roce-ipvlan/annotated.json")
+            ))
+        );
+        assert_eq!(
+            parse_args(&args(&["--state-dir=/x", "--published", "/y/p.json"])).unwrap(),
+            Parsed::Run((PathBuf::from("/x"), PathBuf::from("/y/p.json")))
+        );
+        assert_eq!(parse_args(&args(&["--help"])).unwrap(), Parsed::Help);
+        assert!(parse_args(&args(&["--bogus"])).is_err());
+    }
+
+    /// The loop against a local HTTPS API server: a new pod is patched once with its list, a
+    /// pod gone (404) or recreated (409 on the UID) is not retried, a pod whose records went
+    /// gets the annotation removed, and a restarted annotator remembers what it published.
+    #[test]
+    fn passes_patch_changes_only_and_remove_what_went() {
+        use crate::tools::kube::test_server;
+        let tmp = tempfile::tempdir().unwrap();
+        let (_server, port, mut requests) = test_server::start(tmp.path());
+        let client = Client::new(
+            "127.0.0.1",
+            port,
+            &tmp.path().join("token"),
+            &tmp.path().join("ca.crt"),
+        );
+        let state = tmp.path().join("state");
+        let records = state.join("attachments");
+        let live = pod("live", "aa-1");
+        let mut r = record(&live, "net1", &[("net1", "rdma0", 3)]);
+        pod_record::write(&records, &r).unwrap();
+        for (name, cid) in [("gone", "c2"), ("recreated", "c3")] {
+            let mut other = record(&pod(name, "bb-2"), "net1", &[("net1", "rdma1", 4)]);
+            other.container_id = cid.into();
+            pod_record::write(&records, &other).unwrap();
+        }
+        let mut next = || -> serde_json::Value {
+            serde_json::from_str(&requests.next().unwrap().unwrap()).unwrap()
+        };
+
+        let published = tmp.path().join("var/lib/roce-ipvlan/annotated.json");
+        let mut annotator = Annotator::new(client.clone(), &state, &published);
+        annotator.pass();
+        let mut got: Vec<serde_json::Value> = (0..3).map(|_| next()).collect();
+        got.sort_by_key(|g| g["path"].as_str().unwrap().to_string());
+        assert_eq!(got[0]["path"], "/api/v1/namespaces/ml/pods/gone");
+        assert_eq!(got[1]["path"], "/api/v1/namespaces/ml/pods/live");
+        assert_eq!(got[2]["path"], "/api/v1/namespaces/ml/pods/recreated");
+        assert_eq!(
+            got[1]["headers"]["content-type"],
+            "application/merge-patch+json"
+        );
+        let body: serde_json::Value =
+            serde_json::from_str(got[1]["body"].as_str().unwrap()).unwrap();
+        assert_eq!(body["metadata"]["uid"], "aa-1");
+        let value: serde_json::Value = serde_json::from_str(
+            body["metadata"]["annotations"][ANNOTATION]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(value[0]["gidIndex"], 3);
+        assert_eq!(value[0]["interface"], "net1");
+
+        // Nothing changed: nothing is sent (the next request seen is the one below).
+        annotator.pass();
+        // The index changes (a new sandbox): patched again; then the attachment goes.
+        r.rails[0].gid_index = 5;
+        pod_record::write(&records, &r).unwrap();
+        annotator.pass();
+        let got = next();
+        assert_eq!(got["path"], "/api/v1/namespaces/ml/pods/live");
+        assert!(
+            got["body"].as_str().unwrap().contains(r#"\"gidIndex\":5"#),
+            "{got}"
+        );
+
+        // A restarted annotator knows what was published: the removal still happens. (It
+        // tries the records of the gone and recreated pods once more: what it found gone is
+        // not kept.)
+        pod_record::remove(&records, "c1", "net1");
+        let mut restarted = Annotator::new(client, &state, &published);
+        restarted.pass();
+        let mut got: Vec<serde_json::Value> = (0..3).map(|_| next()).collect();
+        got.sort_by_key(|g| g["path"].as_str().unwrap().to_string());
+        assert_eq!(got[1]["path"], "/api/v1/namespaces/ml/pods/live");
+        let body: serde_json::Value =
+            serde_json::from_str(got[1]["body"].as_str().unwrap()).unwrap();
+        assert_eq!(
+            body["metadata"]["annotations"][ANNOTATION],
+            serde_json::Value::Null
+        );
+        assert!(restarted.published.is_empty());
+        restarted.pass();
+        // Only now a request of this test's own: had either pass sent one, it would be read here.
+        let probe = Client::new(
+            "127.0.0.1",
+            port,
+            &tmp.path().join("token"),
+            &tmp.path().join("ca.crt"),
+        );
+        probe.patch("/probe", "application/json", b"{}").unwrap();
+        assert_eq!(
+            next()["path"],
+            "/probe",
+            "a pass with nothing changed sent a patch"
+        );
+    }
+
+    #[test]
+    fn answers_are_judged_with_what_to_do() {
+        let a = pod("a", "aa-1");
+        let resp = |status, message: &str| Response {
+            status,
+            body: serde_json::json!({"kind": "Status", "message": message})
+                .to_string()
+                .into_bytes(),
+        };
+        assert_eq!(judge(&a, &resp(200, "")), Outcome::Done);
+        assert_eq!(judge(&a, &resp(404, "pods \"a\" not found")), Outcome::Gone);
+        assert_eq!(
+            judge(
+                &a,
+                &resp(
+                    409,
+                    "Precondition failed: UID in precondition: aa-1, UID in object meta: zz"
+                )
+            ),
+            Outcome::Gone
+        );
+        assert_eq!(
+            judge(
+                &a,
+                &resp(422, "metadata.uid: Invalid value: field is immutable")
+            ),
+            Outcome::Gone
+        );
+        let Outcome::Failed(m) = judge(&a, &resp(403, "forbidden")) else {
+            panic!("403 is a failure");
+        };
+        assert!(m.contains("\"patch\"") && m.contains("\"pods\""), "{m}");
+        assert!(matches!(judge(&a, &resp(401, "")), Outcome::Failed(m) if m.contains("token")));
+        assert!(matches!(
+            judge(&a, &resp(409, "conflict")),
+            Outcome::Failed(_)
+        ));
+        assert!(matches!(judge(&a, &resp(500, "etcd")), Outcome::Failed(m) if m.contains("500")));
+    }
+}
