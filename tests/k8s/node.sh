@@ -236,6 +236,11 @@ wait "$pulls" || { cat "$logs/pull.log" >&2; false; }
 # What Node Feature Discovery labels a node with a Mellanox/NVIDIA PCI function (vendor 15b3):
 # the installer's node selector.
 kubectl label node "$K8S_NODE" feature.node.kubernetes.io/pci-15b3.present=true >/dev/null
+# The rails as a device plugin offers them (tests/k8s/go/railpf): nvidia.com/hostdev by PCI
+# address, as the SR-IOV network device plugin offers the rail PFs, and every rail's RDMA
+# devices as rdma/rdma_shared_device_a, as the RDMA shared device plugin does.
+wait_for 120 "kubelet's device-plugin socket" test -S /var/lib/kubelet/device-plugins/kubelet.sock
+daemon railpf -resource nvidia.com/hostdev -netdevs 'rdma*' -shared rdma/rdma_shared_device_a
 
 # --- Multus thin and roce-ipvlan, as users install them --------------------------------------
 step "Multus thin, roce-ipvlan's installer DaemonSet"
@@ -243,6 +248,8 @@ install_multus
 kubectl apply -k "$here/manifests/installer" >/dev/null
 wait_for 300 "the node to be Ready" node_ready
 wait_for 600 "Multus's and roce-ipvlan's DaemonSets to be ready" daemonsets_ready
+wait_for 120 "the node to offer the rails' devices" bash -c \
+	"kubectl get node $K8S_NODE -o jsonpath='{.status.allocatable}' | grep -q rdma_shared_device_a"
 # 00-multus.conflist when the default network's file is a 1.0.0 conflist, else 00-multus.conf.
 wait_for 120 "Multus's configuration" compgen -G '/etc/cni/net.d/00-multus.conf*'
 

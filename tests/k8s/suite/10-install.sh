@@ -36,8 +36,13 @@ test_rollout_replaces_the_binary_while_pods_attach() {
 		wait_pod_ready "rollout-$i" 300 || { failed=$((failed + 1)); kubectl describe pod "rollout-$i" | tail -n 8; }
 	done
 	((failed == 0)) || fail "$failed of $n pods attached during the rollout did not become Ready"
-	kubectl get events --field-selector reason=FailedCreatePodSandBox -o name | grep -q . &&
-		fail "sandbox failures during the rollout: $(kubectl get events --field-selector reason=FailedCreatePodSandBox -o jsonpath='{.items[*].message}')"
+	# No attachment failed on the plugin: a half-written binary, a busy one or none at all would
+	# show in a sandbox failure naming roce-ipvlan. (On a loaded node Multus itself may time out
+	# reading the pod from the API server; kubelet retries those, and the pods got Ready above.)
+	local plugin_failures
+	plugin_failures=$(kubectl get events --field-selector reason=FailedCreatePodSandBox -o json |
+		jq -r '.items[].message | select(test("roce-ipvlan|text file busy|exec format error|failed to find plugin"))')
+	[[ -z $plugin_failures ]] || fail "sandbox failures on the plugin during the rollout: $plugin_failures"
 	# The rollout image's binary is the static build with a marker appended (build.sh).
 	tail -c 32 /opt/cni/bin/roce-ipvlan | grep -q 'roce-ipvlan rollout test' ||
 		fail "/opt/cni/bin/roce-ipvlan is not the rolled-out image's binary"

@@ -10,7 +10,7 @@
 example_nad() {
 	kubectl create --dry-run=client -o json -f "$ROCE_REPO/$1" |
 		jq --arg name "$2" --argjson ipam "$3" \
-			'.items[] | select(.kind == "NetworkAttachmentDefinition" and .metadata.name == $name)
+			'(.items // [.])[] | select(.kind == "NetworkAttachmentDefinition" and .metadata.name == $name)
 			 | .spec.config |= (fromjson | .ipam = $ipam | tojson)' |
 		kubectl apply -f - >/dev/null
 }

@@ -5,7 +5,13 @@
 // address (what Multus reads from kubelet's pod-resources and hands the CNI plugin as deviceID),
 // and Allocate mounting the rail's RDMA character devices and setting PCIDEVICE_<RESOURCE>.
 //
-//	railpf -resource nvidia.com/hostdev -netdevs 'rdma*'
+// With -shared it also offers a second resource in the role of the RDMA shared device plugin
+// (rdma/rdma_shared_device_a in the examples): any number of pods, up to -slots, each getting
+// every rail's RDMA character devices. The real one is served by the proxy but finds a PCI
+// function's RDMA device under the function in sysfs, where a ConnectX has it and Soft-RoCE
+// does not, so it would offer nothing here.
+//
+//	railpf -resource nvidia.com/hostdev -netdevs 'rdma*' -shared rdma/rdma_shared_device_a
 package main
 
 import (
@@ -27,13 +33,14 @@ import (
 
 type rail struct {
 	netdev, pci string
-	devs       []string // /dev/infiniband/* of the rail's RDMA device, and rdma_cm
+	devs        []string // /dev/infiniband/* of the rail's RDMA device, and rdma_cm
 }
 
 type server struct {
 	pluginapi.UnimplementedDevicePluginServer
 	resource string
 	rails    map[string]rail // by PCI address
+	slots    int             // > 0: a shared resource of that many devices, each all rails
 }
 
 // discover: netdevs matching the glob that sit on a PCI function, with their RDMA device's
@@ -80,6 +87,12 @@ func (s *server) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingSer
 	for pci := range s.rails {
 		devs = append(devs, &pluginapi.Device{ID: pci, Health: pluginapi.Healthy})
 	}
+	if s.slots > 0 {
+		devs = nil
+		for i := 0; i < s.slots; i++ {
+			devs = append(devs, &pluginapi.Device{ID: fmt.Sprintf("slot-%03d", i), Health: pluginapi.Healthy})
+		}
+	}
 	sort.Slice(devs, func(i, j int) bool { return devs[i].ID < devs[j].ID })
 	if err := stream.Send(&pluginapi.ListAndWatchResponse{Devices: devs}); err != nil {
 		return err
@@ -92,9 +105,19 @@ func (s *server) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 	env := "PCIDEVICE_" + strings.NewReplacer(".", "_", "/", "_").Replace(strings.ToUpper(s.resource))
 	resp := &pluginapi.AllocateResponse{}
 	for _, c := range req.ContainerRequests {
-		car := &pluginapi.ContainerAllocateResponse{Envs: map[string]string{env: strings.Join(c.DevicesIds, ",")}}
+		car := &pluginapi.ContainerAllocateResponse{}
+		ids := c.DevicesIds
+		if s.slots > 0 { // every rail, whichever slots
+			ids = nil
+			for pci := range s.rails {
+				ids = append(ids, pci)
+			}
+			sort.Strings(ids)
+		} else {
+			car.Envs = map[string]string{env: strings.Join(ids, ",")}
+		}
 		seen := map[string]bool{}
-		for _, id := range c.DevicesIds {
+		for _, id := range ids {
 			r, ok := s.rails[id]
 			if !ok {
 				return nil, fmt.Errorf("unknown device %q", id)
@@ -111,9 +134,38 @@ func (s *server) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 	return resp, nil
 }
 
+// serve starts the plugin's gRPC server on its socket and registers it with kubelet.
+func serve(srv *server, sockName string) {
+	sock := filepath.Join(pluginapi.DevicePluginPath, sockName)
+	_ = os.Remove(sock)
+	lis, err := net.Listen("unix", sock)
+	if err != nil {
+		log.Fatal(err)
+	}
+	g := grpc.NewServer()
+	pluginapi.RegisterDevicePluginServer(g, srv)
+	go func() { log.Fatal(g.Serve(lis)) }()
+
+	conn, err := grpc.NewClient("unix://"+pluginapi.KubeletSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := pluginapi.NewRegistrationClient(conn).Register(ctx, &pluginapi.RegisterRequest{
+		Version: pluginapi.Version, Endpoint: sockName, ResourceName: srv.resource,
+	}); err != nil {
+		log.Fatalf("registering %s with kubelet: %v", srv.resource, err)
+	}
+	log.Printf("registered %s with kubelet", srv.resource)
+}
+
 func main() {
-	resource := flag.String("resource", "nvidia.com/hostdev", "extended resource name")
+	resource := flag.String("resource", "nvidia.com/hostdev", "extended resource name, a device per rail")
 	glob := flag.String("netdevs", "rdma*", "netdevs offered (glob)")
+	shared := flag.String("shared", "", "also offer this resource, each device all rails (none when empty)")
+	slots := flag.Int("slots", 64, "devices of the -shared resource")
 	flag.Parse()
 	rails, err := discover(*glob)
 	if err != nil {
@@ -122,28 +174,9 @@ func main() {
 	for _, r := range rails {
 		log.Printf("offering %s (netdev %s, %s)", r.pci, r.netdev, strings.Join(r.devs, " "))
 	}
-	sock := filepath.Join(pluginapi.DevicePluginPath, "railpf.sock")
-	_ = os.Remove(sock)
-	lis, err := net.Listen("unix", sock)
-	if err != nil {
-		log.Fatal(err)
+	serve(&server{resource: *resource, rails: rails}, "railpf.sock")
+	if *shared != "" {
+		serve(&server{resource: *shared, rails: rails, slots: *slots}, "railpf-shared.sock")
 	}
-	g := grpc.NewServer()
-	pluginapi.RegisterDevicePluginServer(g, &server{resource: *resource, rails: rails})
-	go func() { log.Fatal(g.Serve(lis)) }()
-
-	conn, err := grpc.NewClient("unix://"+pluginapi.KubeletSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		log.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := pluginapi.NewRegistrationClient(conn).Register(ctx, &pluginapi.RegisterRequest{
-		Version: pluginapi.Version, Endpoint: filepath.Base(sock), ResourceName: *resource,
-	}); err != nil {
-		log.Fatalf("registering with kubelet: %v", err)
-	}
-	conn.Close()
-	log.Printf("registered %s with kubelet", *resource)
 	select {}
 }
