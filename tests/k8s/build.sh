@@ -31,6 +31,10 @@ bin=$cache/bin
 images=$cache/registry
 mkdir -p "$bin" "$images"
 log() { echo "k8s/build: $*" >&2; }
+# One build at a time: `make test` starts one in the background while the VM tiers run, and
+# the one k8s-test runs waits here for it, then finds everything built.
+exec 9>"$cache/.build.lock"
+flock 9
 
 # --- Go: the harness needs 1.26 (the go lines of our modules); Debian's golang-go is older. ---
 pick_go() {

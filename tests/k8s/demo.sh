@@ -25,7 +25,11 @@ echo
 testpod on-rails "$(networks_on_rails rails rdma0 rdma1 rdma2 rdma3)"
 show kubectl wait --for=condition=Ready pod/on-rails --timeout=300s
 say "What Multus wrote into the pod (network-status)"
-netstatus on-rails | jq -c '.[] | {name, interface, ips, "device-info"}'
+netstatus on-rails | jq -c '.[] | {name, interface, ips, mac}'
+say "Each rail's GID index, from kubectl (published by the installer's annotate container)"
+wait_for 60 "the pod's roce-ipvlan.io/gids annotation" \
+	kubectl get pod on-rails -o jsonpath='{.metadata.annotations.roce-ipvlan\.io/gids}' --allow-missing-template-keys=false
+kubectl get pod on-rails -o jsonpath='{.metadata.annotations.roce-ipvlan\.io/gids}' | jq -c '.[]'
 say "Inside the pod: each child, its ifalias, and the GID at the index it names"
 # shellcheck disable=SC2016 # expanded in the pod
 show kubectl exec on-rails -- sh -c 'for n in net1 net2 net3 net4; do a=$(cat /sys/class/net/$n/ifalias); echo "$n: $a"; set -- $a; d=${1#rdma_dev=}; p=${2#port=}; i=${3#gid_index=}; echo "    gids/$i = $(cat /sys/class/infiniband/$d/ports/$p/gids/$i)"; done'

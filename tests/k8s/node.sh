@@ -240,6 +240,7 @@ kubectl label node "$K8S_NODE" feature.node.kubernetes.io/pci-15b3.present=true 
 # address, as the SR-IOV network device plugin offers the rail PFs, and every rail's RDMA
 # devices as rdma/rdma_shared_device_a, as the RDMA shared device plugin does.
 wait_for 120 "kubelet's device-plugin socket" test -S /var/lib/kubelet/device-plugins/kubelet.sock
+modprobe rdma_ucm # /dev/infiniband/rdma_cm, for RDMA CM in the pods
 daemon railpf -resource nvidia.com/hostdev -netdevs 'rdma*' -shared rdma/rdma_shared_device_a
 
 # --- Multus thin and roce-ipvlan, as users install them --------------------------------------

@@ -32,8 +32,10 @@ test_rollout_replaces_the_binary_while_pods_attach() {
 	done
 	kubectl -n roce-ipvlan rollout status ds/roce-ipvlan-installer --timeout=300s >/dev/null ||
 		fail "the rollout to $new did not finish"
+	local deadline=$((SECONDS + 300))
 	for ((i = 0; i < n; i++)); do
-		wait_pod_ready "rollout-$i" 300 || { failed=$((failed + 1)); kubectl describe pod "rollout-$i" | tail -n 8; }
+		wait_pod_ready "rollout-$i" $((deadline > SECONDS ? deadline - SECONDS : 1)) ||
+			{ failed=$((failed + 1)); kubectl describe pod "rollout-$i" | tail -n 8; }
 	done
 	((failed == 0)) || fail "$failed of $n pods attached during the rollout did not become Ready"
 	# No attachment failed on the plugin: a half-written binary, a busy one or none at all would

@@ -5,18 +5,6 @@
 # device plugin offering the rails by PCI address (tests/k8s/go/railpf: it stands in for the
 # SR-IOV network device plugin, which the Go module proxy refuses).
 
-# example_nad FILE NAME IPAM_JSON: the example's NAD as users apply it, with its IPAM swapped for
-# IPAM_JSON (nv-ipam's module is refused by the proxy too) and nothing else changed.
-example_nad() {
-	kubectl create --dry-run=client -o json -f "$ROCE_REPO/$1" |
-		jq --arg name "$2" --argjson ipam "$3" \
-			'(.items // [.])[] | select(.kind == "NetworkAttachmentDefinition" and .metadata.name == $name)
-			 | .spec.config |= (fromjson | .ipam = $ipam | tojson)' |
-		kubectl apply -f - >/dev/null
-}
-
-pci_of() { basename "$(readlink -f "/sys/class/net/$1/device")"; }
-
 test_deviceid_pod_gets_a_child_on_each_allocated_rail() {
 	local status ifn rail pci alloc seen=()
 	example_nad examples/a100-one-nad-deviceid.yaml rdma-rails '{"type": "host-local", "ranges": [[{"subnet": "10.58.0.0/24"}]]}'

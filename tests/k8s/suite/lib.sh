@@ -23,6 +23,18 @@ spec:
 YAML
 }
 
+# example_nad FILE NAME IPAM_JSON: the example's NAD as users apply it, with its IPAM swapped for
+# IPAM_JSON (nv-ipam's module is refused by the proxy too) and nothing else changed.
+example_nad() {
+	kubectl create --dry-run=client -o json -f "$ROCE_REPO/$1" |
+		jq --arg name "$2" --argjson ipam "$3" \
+			'(.items // [.])[] | select(.kind == "NetworkAttachmentDefinition" and .metadata.name == $name)
+			 | .spec.config |= (fromjson | .ipam = $ipam | tojson)' |
+		kubectl apply -f - >/dev/null
+}
+
+pci_of() { basename "$(readlink -f "/sys/class/net/$1/device")"; }
+
 # rail_nad NAME [EXTRA_JSON]: one NAD for all rails (cni-args pick the rail), host-local per rail
 # in 10.56.<rail>.0/24 chosen by the pod's cni-args... host-local has one range per NAD, so each
 # test NAD gets its own subnet: RAIL_SUBNET (default 10.56.0.0/16).

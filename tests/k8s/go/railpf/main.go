@@ -70,6 +70,16 @@ func discover(glob string) (map[string]rail, error) {
 			}
 		}
 		r.devs = append(r.devs, "/dev/infiniband/rdma_cm")
+		// Only nodes that exist: a missing one would fail every container that gets it.
+		var have []string
+		for _, d := range r.devs {
+			if _, err := os.Stat(d); err == nil {
+				have = append(have, d)
+			} else {
+				log.Printf("%s: not offering %s: %v", nd, d, err)
+			}
+		}
+		r.devs = have
 		out[r.pci] = r
 	}
 	if len(out) == 0 {

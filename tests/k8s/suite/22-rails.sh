@@ -1,0 +1,26 @@
+# shellcheck shell=bash
+# One attachment for many rails (examples/pod-16-rails-one-nad.yaml's NAD, "rails": ["rdma*"]):
+# one network selection element, one ADD, a child per rail (net1r0 ... net1r3 on the node's four
+# rails), and what Multus makes of a result with several sandbox interfaces.
+
+test_one_attachment_for_all_rails() {
+	local status i ifn
+	example_nad examples/pod-16-rails-one-nad.yaml rdma-all-rails \
+		'{"type": "host-local", "ranges": [[{"subnet": "10.59.0.0/24"}]]}'
+	testpod all-rails '[{"name": "rdma-all-rails", "interface": "net1"}]'
+	wait_pod_ready all-rails 300 || { kubectl describe pod all-rails | tail -n 15; fail "pod all-rails is not Ready"; }
+	status=$(netstatus all-rails)
+	note "network-status: $(jq -c '[.[] | {name, interface, ips}]' <<<"$status")"
+	# Multus 4 (CreateNetworkStatuses) lists each sandbox interface of the result on its own.
+	assert_eq "$(jq -c '[.[] | select(.name == "default/rdma-all-rails") | .interface]' <<<"$status")" \
+		'["net1r0","net1r1","net1r2","net1r3"]' "the rails attachment's entries in network-status"
+	for i in 0 1 2 3; do
+		ifn=net1r$i
+		verify_pod_rail all-rails "$ifn" "rdma$i" >/dev/null
+	done
+	local env
+	env=$(in_pod all-rails roce-ipvlan env) || fail "roce-ipvlan env failed in the pod"
+	assert_match "$env" 'NCCL_IB_HCA=.*rxe0.*rxe3|NCCL_IB_HCA=.*rxe3.*rxe0' "env names every rail's device"
+	kubectl delete pod all-rails --wait=true --timeout=120s >/dev/null
+	assert_eq "$(host_local_count) $(children_count)" "0 0" "allocations and children after the pod's deletion"
+}
