@@ -132,7 +132,8 @@ build_image localhost/multus-cni:v4.2.3-thin "$here/images/Containerfile.multus"
 # the sources changed) under the name the node's kustomization gives it.
 version=$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' "$repo/Cargo.toml")
 installer=${ROCE_IPVLAN_IMAGE:-localhost/roce-ipvlan:$version}
-make -s -C "$repo" image IMAGE="$installer" >"$cache/image.log" 2>&1 || {
+# Its own build context: `make test` runs image-test (another `make image`) at the same time.
+make -s -C "$repo" image IMAGE="$installer" IMAGE_CONTEXT=target/image/k8s-node >"$cache/image.log" 2>&1 || {
 	cat "$cache/image.log" >&2
 	exit 1
 }
