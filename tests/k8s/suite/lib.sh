@@ -33,7 +33,12 @@ example_nad() {
 		kubectl apply -f - >/dev/null
 }
 
-pci_of() { basename "$(readlink -f "/sys/class/net/$1/device")"; }
+pci_of() { # NETDEV: its PCI function (a virtio NIC's "device" is the virtio device below it)
+	local d
+	d=$(readlink -f "/sys/class/net/$1/device")
+	[[ $(basename "$d") == virtio* ]] && d=$(dirname "$d")
+	basename "$d"
+}
 
 # rail_nad NAME [EXTRA_JSON]: one NAD for all rails (cni-args pick the rail), host-local per rail
 # in 10.56.<rail>.0/24 chosen by the pod's cni-args... host-local has one range per NAD, so each

@@ -22,6 +22,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -30,6 +31,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 )
+
+var pciAddr = regexp.MustCompile(`^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$`)
 
 type rail struct {
 	netdev, pci string
@@ -55,6 +58,13 @@ func discover(glob string) (map[string]rail, error) {
 		nd := filepath.Base(p)
 		dev, err := filepath.EvalSymlinks(p + "/device")
 		if err != nil {
+			continue // not on a PCI function
+		}
+		// A virtio NIC's "device" is the virtio device (virtio5); its PCI function is the parent.
+		if !pciAddr.MatchString(filepath.Base(dev)) {
+			dev = filepath.Dir(dev)
+		}
+		if !pciAddr.MatchString(filepath.Base(dev)) {
 			continue // not on a PCI function
 		}
 		r := rail{netdev: nd, pci: filepath.Base(dev)}
