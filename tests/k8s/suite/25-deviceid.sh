@@ -10,26 +10,7 @@ test_deviceid_pod_gets_a_child_on_each_allocated_rail() {
 	example_nad examples/a100-one-nad-deviceid.yaml rdma-rails '{"type": "host-local", "ranges": [[{"subnet": "10.58.0.0/24"}]]}'
 	assert_eq "$(kubectl get node "$K8S_NODE" -o jsonpath='{.status.allocatable.nvidia\.com/hostdev}')" 4 \
 		"nvidia.com/hostdev devices the node offers (railpf: rdma0..rdma3)"
-	kubectl apply -f - >/dev/null <<YAML
-apiVersion: v1
-kind: Pod
-metadata:
-  name: two-devices
-  annotations:
-    k8s.v1.cni.cncf.io/networks: rdma-rails, rdma-rails
-spec:
-  terminationGracePeriodSeconds: 1
-  containers:
-    - name: main
-      image: $TESTPOD_IMAGE
-      imagePullPolicy: IfNotPresent
-      command: ["sleep", "infinity"]
-      resources:
-        requests: { nvidia.com/hostdev: 2 }
-        limits: { nvidia.com/hostdev: 2 }
-      securityContext:
-        capabilities: { add: ["IPC_LOCK"] }
-YAML
+	TESTPOD_DEVICES='nvidia.com/hostdev: 2' testpod two-devices 'rdma-rails, rdma-rails'
 	wait_pod_ready two-devices 300 || { kubectl describe pod two-devices | tail -n 15; fail "pod two-devices is not Ready"; }
 	# What kubelet allocated, as the device plugin's Allocate told the container.
 	alloc=$(in_pod two-devices printenv PCIDEVICE_NVIDIA_COM_HOSTDEV)

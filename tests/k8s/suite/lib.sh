@@ -63,8 +63,9 @@ networks_on_rails() {
 	echo "[${out[*]}]"
 }
 
-# testpod NAME NETWORKS_ANNOTATION [NAMESPACE]: a pod on the test-pod image with the rails' RDMA
-# devices, attached as asked.
+# testpod NAME NETWORKS_ANNOTATION [NAMESPACE]: a pod on the test-pod image, attached as asked,
+# with the devices TESTPOD_DEVICES names (default: every rail's RDMA devices, /dev/infiniband, as
+# the examples' pods get them).
 testpod() {
 	kubectl apply -f - >/dev/null <<YAML
 apiVersion: v1
@@ -81,10 +82,9 @@ spec:
       image: $TESTPOD_IMAGE
       imagePullPolicy: IfNotPresent
       command: ["sleep", "infinity"]
-      # The rails' RDMA devices (/dev/infiniband), as the examples' pods get them.
       resources:
-        requests: { rdma/rdma_shared_device_a: 1 }
-        limits: { rdma/rdma_shared_device_a: 1 }
+        requests: { ${TESTPOD_DEVICES:-rdma/rdma_shared_device_a: 1} }
+        limits: { ${TESTPOD_DEVICES:-rdma/rdma_shared_device_a: 1} }
       securityContext:
         capabilities: { add: ["IPC_LOCK"] }
 YAML
