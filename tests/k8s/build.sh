@@ -137,7 +137,7 @@ make -s -C "$repo" image IMAGE="$installer" IMAGE_CONTEXT=target/image/k8s-node 
 	cat "$cache/image.log" >&2
 	exit 1
 }
-static=$(make -s -C "$repo" static-bin)
+static=$(make -s --no-print-directory -C "$repo" static-bin)
 # The image's second binary (the DaemonSet's annotate container) is built beside the plugin.
 annotate=${static%/*}/roce-ipvlan-annotate
 want=$(cat "$repo/$static" "$repo/$annotate" | sha256sum | cut -c1-16)

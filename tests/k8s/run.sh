@@ -36,7 +36,7 @@ export VM_KEEP_PATHS="${VM_KEEP_PATHS:-} $keep"
 cache=$("$here/build.sh")
 # The VM's plugin binary (tests/vm/run.sh links it into its own CNI dir) is the shipped one;
 # the node itself gets it from the installer image.
-ROCE_IPVLAN_BIN=$repo/$(make -s -C "$repo" static-bin)
+ROCE_IPVLAN_BIN=$repo/$(make -s --no-print-directory -C "$repo" static-bin)
 export ROCE_IPVLAN_BIN
 VM_MEM=${VM_MEM:-6144} VM_TIMEOUT=${VM_TIMEOUT:-2400} \
 	exec "$repo/tests/vm/run.sh" bash "$here/node.sh" "$cache" bash "$script" "$@"
