@@ -13,7 +13,10 @@
 # SCRIPT is a path on the host (the VM sees the host's root); it may `source "$K8S_LIB"`
 # (tests/k8s/lib.sh) for the helpers. Pods use images already on the node:
 # localhost/roce-ipvlan-testpod:latest (a shell, iproute2, ibv_devinfo, perftest, UCX and the
-# plugin for `roce-ipvlan env`) with `imagePullPolicy: IfNotPresent` or `Never`.
+# plugin for `roce-ipvlan env`) with `imagePullPolicy: IfNotPresent` or `Never`. The node offers
+# the rails as devices (tests/k8s/go/railpf): `nvidia.com/hostdev`, one per rail rdma0..rdma3 by
+# PCI address (a NAD with that resourceName gets Multus's deviceID), and
+# `rdma/rdma_shared_device_a`, every rail's /dev/infiniband devices for any pod.
 #
 # Environment: everything tests/vm/run.sh reads (VM_KERNEL=backports, VM_RDMA=ofed, VM_RAILS,
 # VM_TIMEOUT, ...), and VM_MEM (default 6144 here: a control plane needs more than the 1 GiB of
