@@ -38,12 +38,11 @@
 //! up on the node (sysfs, RDMA netlink) before ADD or CHECK changes anything.
 
 use std::io;
-use std::path::PathBuf;
 
 use crate::kernel::netlink::{Link, RouteSocket};
 use crate::kernel::rdma::{self, RdmaPort, Sysfs};
 use crate::protocol::error::{Error, Result};
-use crate::protocol::rail_inputs::{valid_rdma_device_name, Inputs, Rails};
+use crate::protocol::rail_inputs::{Inputs, Rails};
 
 /// The rail chosen for an attachment.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -212,7 +211,7 @@ pub(crate) fn find(
     host: &RouteSocket,
     missing: fn(String) -> Error,
 ) -> Result<(Rail, Link)> {
-    let rail = resolve(inputs, &System::default())?;
+    let rail = resolve(inputs, &Host::default())?;
     let Some(master) = host.link_by_name(&rail.netdev)? else {
         return Err(missing(format!(
             "rail {:?} ({}) does not exist on this node: expected a netdev of that name in the \
@@ -362,65 +361,30 @@ pub(crate) fn rdma_port(rail: &Rail, port: Option<u32>, master: &Link) -> Result
 }
 
 /// The node as sysfs and RDMA netlink show it from the plugin's (host) namespace.
-pub struct System {
-    /// `/sys`, or a recorded tree in tests.
-    pub sys: PathBuf,
+pub struct Host {
+    sysfs: Sysfs,
 }
 
-impl Default for System {
+impl Default for Host {
     fn default() -> Self {
-        System {
-            sys: PathBuf::from("/sys"),
+        Host {
+            sysfs: Sysfs::system(),
         }
     }
 }
 
-impl System {
-    fn names(dir: PathBuf) -> io::Result<Option<Vec<String>>> {
-        let entries = match std::fs::read_dir(&dir) {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(e),
-        };
-        let mut names = entries
-            .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
-            .collect::<io::Result<Vec<_>>>()?;
-        names.sort();
-        Ok(Some(names))
-    }
-}
-
-impl Node for System {
+impl Node for Host {
     fn pci_netdevs(&self, addr: &str) -> io::Result<Option<Vec<String>>> {
-        let dev = self.sys.join("bus/pci/devices").join(addr);
-        if !dev.exists() {
-            return Ok(None);
-        }
-        if let Some(netdevs) = Self::names(dev.join("net"))? {
-            return Ok(Some(netdevs));
-        }
-        // virtio-net (VMs, some clouds) puts the netdev one level down, under the virtio
-        // device: <pci>/virtioN/net/<netdev>.
-        let mut netdevs = Vec::new();
-        for sub in Self::names(dev.clone())?.unwrap_or_default() {
-            if sub.starts_with("virtio") {
-                netdevs.extend(Self::names(dev.join(sub).join("net"))?.unwrap_or_default());
-            }
-        }
-        Ok(Some(netdevs))
+        self.sysfs.pci_netdevs(addr)
     }
 
     fn rdma_netdevs(&self, device: &str) -> io::Result<Option<Vec<String>>> {
-        if !valid_rdma_device_name(device) {
-            return Ok(None);
-        }
-        let class = self.sys.join("class/infiniband").join(device);
-        if !class.exists() {
+        if !self.sysfs.device_exists(device) {
             return Ok(None);
         }
         // RDMA netlink knows every port's netdev (also Soft-RoCE's, which has no PCI parent);
-        // the PCI function's net/ directory is the fallback when netlink cannot answer.
-        let mut netdevs: Vec<String> = match crate::kernel::rdma::device_ports(device) {
+        // the parent function's netdevs in sysfs are the fallback when netlink cannot answer.
+        let mut netdevs: Vec<String> = match rdma::device_ports(device) {
             Ok(ports) => ports.into_iter().filter_map(|p| p.ndev_name).collect(),
             Err(err) => {
                 tracing::debug!(device, error = %err, "RDMA netlink failed; trying sysfs");
@@ -428,7 +392,7 @@ impl Node for System {
             }
         };
         if netdevs.is_empty() {
-            netdevs = Self::names(class.join("device/net"))?.unwrap_or_default();
+            netdevs = self.sysfs.device_netdevs(device)?.unwrap_or_default();
         }
         netdevs.sort();
         netdevs.dedup();
@@ -436,7 +400,7 @@ impl Node for System {
     }
 
     fn all_rdma_netdevs(&self) -> Vec<String> {
-        crate::kernel::rdma::netlink_ports()
+        rdma::netlink_ports()
             .map(|ports| ports.into_iter().filter_map(|p| p.ndev_name).collect())
             .unwrap_or_default()
     }
@@ -733,28 +697,17 @@ mod tests {
     }
 
     #[test]
-    fn system_reads_pci_netdevs_from_sysfs() {
+    fn host_reads_the_node_from_its_sysfs() {
         let dir = tempfile::tempdir().unwrap();
-        let dev = dir.path().join("bus/pci/devices/0000:00:04.0");
-        std::fs::create_dir_all(dev.join("net/rdma1")).unwrap();
-        std::fs::create_dir_all(dir.path().join("bus/pci/devices/0000:00:05.0")).unwrap();
-        let virtio = dir
-            .path()
-            .join("bus/pci/devices/0000:00:06.0/virtio3/net/rdma2");
-        std::fs::create_dir_all(virtio).unwrap();
-        let sys = System {
-            sys: dir.path().to_path_buf(),
+        std::fs::create_dir_all(dir.path().join("bus/pci/devices/0000:00:04.0/net/rdma1")).unwrap();
+        let host = Host {
+            sysfs: Sysfs::new(dir.path()),
         };
         assert_eq!(
-            sys.pci_netdevs("0000:00:04.0").unwrap(),
+            host.pci_netdevs("0000:00:04.0").unwrap(),
             Some(vec!["rdma1".to_string()])
         );
-        assert_eq!(sys.pci_netdevs("0000:00:05.0").unwrap(), Some(vec![]));
-        assert_eq!(
-            sys.pci_netdevs("0000:00:06.0").unwrap(),
-            Some(vec!["rdma2".to_string()])
-        );
-        assert_eq!(sys.pci_netdevs("0000:00:07.0").unwrap(), None);
-        assert_eq!(sys.rdma_netdevs("mlx5_0").unwrap(), None);
+        assert_eq!(host.pci_netdevs("0000:00:07.0").unwrap(), None);
+        assert_eq!(host.rdma_netdevs("mlx5_0").unwrap(), None);
     }
 }

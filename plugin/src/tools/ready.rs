@@ -156,7 +156,7 @@ pub fn gather(rails: Option<&[String]>, installed: &Path) -> NodeFacts {
         .filter_map(|p| Some((p.ndev_name?, p.port)))
         .filter(|(netdev, port)| match rails {
             Some(names) => names.contains(netdev),
-            None => link_layer(port).as_deref() == Some("Ethernet"),
+            None => sysfs.link_layer(port).is_ok_and(|l| l == "Ethernet"),
         })
         .collect();
     found.sort_by(|a, b| a.0.cmp(&b.0));
@@ -194,16 +194,6 @@ pub fn gather(rails: Option<&[String]>, installed: &Path) -> NodeFacts {
         }
     }
     facts
-}
-
-fn link_layer(port: &RdmaPort) -> Option<String> {
-    let path = format!(
-        "/sys/class/infiniband/{}/ports/{}/link_layer",
-        port.device, port.port
-    );
-    std::fs::read_to_string(path)
-        .ok()
-        .map(|s| s.trim().to_string())
 }
 
 /// Whether each named link is administratively up (None: not found or not readable).

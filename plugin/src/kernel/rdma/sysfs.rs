@@ -1,6 +1,7 @@
-//! GID tables read from sysfs.
+//! The plugin's one reader of sysfs, from one root (`/sys`, or a recorded tree in tests): GID
+//! tables, port states and link layers, the netdevs of a PCI function and of an RDMA device.
 //!
-//! Layout under `<root>/class/infiniband/<dev>/ports/<port>/`:
+//! GID layout under `<root>/class/infiniband/<dev>/ports/<port>/`:
 //! - `gids/<i>`: the GID value, 8 groups of 4 hex digits (`fe80:0000:…:3456`);
 //! - `gid_attrs/types/<i>`: `RoCE v2` or `IB/RoCE v1`;
 //! - `gid_attrs/ndevs/<i>`: the netdev owning the GID.
@@ -19,7 +20,7 @@ use std::path::{Path, PathBuf};
 use super::{Gid, GidTable, GidType, RdmaPort};
 use crate::protocol::rail_inputs::valid_rdma_device_name;
 
-/// Reads the RDMA part of sysfs from a root (production: `/sys`; tests: a recorded tree).
+/// Reads sysfs from a root (production: `/sys`; tests: a recorded tree).
 #[derive(Debug, Clone)]
 pub struct Sysfs {
     root: PathBuf,
@@ -67,6 +68,54 @@ impl Sysfs {
         read_small(&path)
             .map(|s| s.trim().to_string())
             .map_err(|e| with_path(e, &path))
+    }
+
+    /// The port's link layer, `Ethernet` (RoCE) or `InfiniBand` (`ports/<p>/link_layer`).
+    pub fn link_layer(&self, port: &RdmaPort) -> io::Result<String> {
+        let path = self.port_dir(port)?.join("link_layer");
+        read_small(&path)
+            .map(|s| s.trim().to_string())
+            .map_err(|e| with_path(e, &path))
+    }
+
+    /// The netdevs of the PCI function `addr` (`bus/pci/devices/<addr>/net/*`, or one level
+    /// down under a virtio device as virtio-net puts them), sorted; None when there is no such
+    /// function.
+    pub fn pci_netdevs(&self, addr: &str) -> io::Result<Option<Vec<String>>> {
+        let dev = self
+            .root
+            .join("bus/pci/devices")
+            .join(path_component(addr)?);
+        if !dev.exists() {
+            return Ok(None);
+        }
+        if let Some(netdevs) = names_if_exists(&dev.join("net"))? {
+            return Ok(Some(netdevs));
+        }
+        // virtio-net (VMs, some clouds): <pci>/virtioN/net/<netdev>.
+        let mut netdevs = Vec::new();
+        for sub in sorted_names(&dev)? {
+            if sub.starts_with("virtio") {
+                netdevs.extend(names_if_exists(&dev.join(sub).join("net"))?.unwrap_or_default());
+            }
+        }
+        netdevs.sort();
+        Ok(Some(netdevs))
+    }
+
+    /// The netdevs of the RDMA device's parent function (`class/infiniband/<device>/device/net`),
+    /// sorted; None when there is no such RDMA device, empty when it has no parent function
+    /// with netdevs (Soft-RoCE: RDMA netlink knows its netdev).
+    pub fn device_netdevs(&self, device: &str) -> io::Result<Option<Vec<String>>> {
+        let Ok(dir) = self.device_dir(device) else {
+            return Ok(None);
+        };
+        if !dir.exists() {
+            return Ok(None);
+        }
+        Ok(Some(
+            names_if_exists(&dir.join("device/net"))?.unwrap_or_default(),
+        ))
     }
 
     /// The port numbers of `device`, ascending.
@@ -224,6 +273,15 @@ fn sorted_names(dir: &Path) -> io::Result<Vec<String>> {
     }
     names.sort();
     Ok(names)
+}
+
+/// The entry names of `dir`, sorted; None when `dir` does not exist.
+fn names_if_exists(dir: &Path) -> io::Result<Option<Vec<String>>> {
+    match sorted_names(dir) {
+        Ok(names) => Ok(Some(names)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// Maps EINVAL to None: that is how the kernel answers for an empty slot, a GID removed
@@ -671,5 +729,50 @@ mod tests {
                 io::ErrorKind::InvalidInput
             );
         }
+    }
+
+    #[test]
+    fn link_layer_and_the_netdevs_of_functions_and_devices() {
+        let tmp = TempDir::new().unwrap();
+        let root = tmp.path();
+        let mlx = RdmaPort {
+            device: "mlx5_0".into(),
+            port: 1,
+        };
+        empty_port(root, &mlx, 1);
+        let dir = port_dir(root, &mlx);
+        fs::write(dir.join("link_layer"), "Ethernet\n").unwrap();
+        fs::create_dir_all(root.join("class/infiniband/mlx5_0/device/net/rdma3")).unwrap();
+        empty_port(root, &rxe0(), 1);
+        fs::create_dir_all(root.join("bus/pci/devices/0000:00:04.0/net/rdma1")).unwrap();
+        fs::create_dir_all(root.join("bus/pci/devices/0000:00:05.0")).unwrap();
+        fs::create_dir_all(root.join("bus/pci/devices/0000:00:06.0/virtio3/net/rdma2")).unwrap();
+        let sysfs = Sysfs::new(root);
+
+        assert_eq!(sysfs.link_layer(&mlx).unwrap(), "Ethernet");
+        let err = sysfs.link_layer(&rxe0()).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::NotFound);
+        assert!(err.to_string().contains("link_layer"), "{err}");
+
+        let names = |v: &[&str]| Some(v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert_eq!(sysfs.device_netdevs("mlx5_0").unwrap(), names(&["rdma3"]));
+        assert_eq!(sysfs.device_netdevs("rxe0").unwrap(), names(&[]));
+        assert_eq!(sysfs.device_netdevs("mlx5_9").unwrap(), None);
+        assert_eq!(sysfs.device_netdevs("../x").unwrap(), None);
+
+        assert_eq!(
+            sysfs.pci_netdevs("0000:00:04.0").unwrap(),
+            names(&["rdma1"])
+        );
+        assert_eq!(sysfs.pci_netdevs("0000:00:05.0").unwrap(), names(&[]));
+        assert_eq!(
+            sysfs.pci_netdevs("0000:00:06.0").unwrap(),
+            names(&["rdma2"])
+        );
+        assert_eq!(sysfs.pci_netdevs("0000:00:07.0").unwrap(), None);
+        assert_eq!(
+            sysfs.pci_netdevs("..").unwrap_err().kind(),
+            io::ErrorKind::InvalidInput
+        );
     }
 }
