@@ -232,7 +232,7 @@ pub fn solicit_router(socket: &RsSocket, ifindex: u32, mac: &[u8], src: RsSource
         .map_err(|e| Error::io("cannot send a router solicitation", e))
 }
 
-const ETH_P_IPV6: u16 = 0x86dd;
+const ETH_P_IPV6: u16 = libc::ETH_P_IPV6 as u16;
 const ALL_ROUTERS: Ipv6Addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 2);
 
 /// An Ethernet frame carrying an ICMPv6 router solicitation from `src` to ff02::2, with the

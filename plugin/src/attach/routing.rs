@@ -20,7 +20,7 @@ use crate::protocol::cni::{IpConfig, Route};
 
 pub const TABLE_BASE: u32 = 10_000;
 pub const RULE_PRIORITY: u32 = 1_000;
-pub const MAIN_TABLE: u32 = 254;
+pub const MAIN_TABLE: u32 = libc::RT_TABLE_MAIN as u32;
 
 pub fn table_for(ifindex: u32) -> u32 {
     TABLE_BASE + ifindex

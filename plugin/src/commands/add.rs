@@ -174,8 +174,8 @@ fn validate<'a>(env: &'a Env, conf: &'a NetConf, budget: Budget) -> Result<Ready
         .netns
         .as_deref()
         .expect("Env::parse requires CNI_NETNS for ADD");
-    let netns = Netns::open(netns_path)?;
-    netns.refuse_own()?;
+    let netns = Netns::open(netns_path).map_err(Error::netns)?;
+    refuse_own(&netns)?;
     let host = RouteSocket::current()?;
     let found = match &conf.rail.rails {
         Some(rails) => rail::find_all(rails, &host, Error::Rail)?,
@@ -691,9 +691,26 @@ fn install_routes(
     Ok(())
 }
 
+/// Refuses the plugin's own namespace as a pod's (ADD and CHECK; DEL skips the pod side).
+pub(crate) fn refuse_own(netns: &Netns) -> Result<()> {
+    let own = netns.is_own().map_err(|e| {
+        Error::io(
+            "cannot compare CNI_NETNS with the plugin's own network namespace",
+            e,
+        )
+    })?;
+    if own {
+        return Err(Error::own_netns(netns.path()));
+    }
+    Ok(())
+}
+
 /// The pod lock, waited for at most `limit`.
 fn pod_lock(r: &Ready<'_>, limit: std::time::Duration) -> Result<lock::Held> {
-    let (dev, ino) = r.netns.id()?;
+    let (dev, ino) = r
+        .netns
+        .id()
+        .map_err(|e| Error::io("cannot identify the pod's network namespace", e))?;
     lock::acquire(&lock::Key::pod(dev, ino), limit)
 }
 

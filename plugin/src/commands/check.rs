@@ -26,8 +26,9 @@ pub fn check(env: &Env, conf: &NetConf) -> Result<()> {
         env.netns
             .as_deref()
             .expect("Env::parse requires CNI_NETNS for CHECK"),
-    )?;
-    netns.refuse_own()?;
+    )
+    .map_err(Error::netns)?;
+    crate::commands::add::refuse_own(&netns)?;
     let host = RouteSocket::current()?;
     let pod = RouteSocket::open_in(&netns)?;
     let Some(rails) = &conf.rail.rails else {

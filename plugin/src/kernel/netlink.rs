@@ -295,7 +295,7 @@ const CREATE_NEW: u16 = netlink_packet_core::NLM_F_CREATE | netlink_packet_core:
 
 impl RouteSocket {
     /// A socket in the calling thread's namespace, as an I/O result (for a thread in a pod).
-    pub fn open() -> std::io::Result<RouteSocket> {
+    fn new() -> std::io::Result<RouteSocket> {
         Ok(RouteSocket {
             socket: Socket::open(netlink_sys::protocols::NETLINK_ROUTE)?,
         })
@@ -303,12 +303,12 @@ impl RouteSocket {
 
     /// A socket in the calling thread's namespace.
     pub fn current() -> Result<RouteSocket> {
-        RouteSocket::open().map_err(|e| Error::io("cannot open a netlink socket", e))
+        RouteSocket::new().map_err(|e| Error::io("cannot open a netlink socket", e))
     }
 
     /// A socket in `ns`, opened on a thread inside it (netns.rs).
     pub fn open_in(ns: &Netns) -> Result<RouteSocket> {
-        ns.run(RouteSocket::open)?.map_err(|e| {
+        ns.run(RouteSocket::new)?.map_err(|e| {
             Error::io(
                 format!("cannot open a netlink socket in {}", ns.path().display()),
                 e,
@@ -410,10 +410,14 @@ impl RouteSocket {
     ) -> Result<()> {
         let same_family = |a: &Option<IpAddr>| a.is_none_or(|a| a.is_ipv6() == dst.is_ipv6());
         if !same_family(&gw) || !same_family(&src) {
-            return Err(Error::InvalidConfig(format!(
-                "route {dst} via {gw:?} (source {src:?}) is not valid: the gateway and source \
-                 must be of the destination's address family"
-            )));
+            // Refused before it is sent, with the errno the kernel would answer.
+            return Err(Error::netlink(
+                format!(
+                    "cannot add route {dst} via {gw:?} (source {src:?}): the gateway and \
+                     source must be of the destination's address family"
+                ),
+                libc::EINVAL,
+            ));
         }
         self.socket
             .ack(new_route(table, dst, gw, dev, src), CREATE_NEW)
@@ -1629,7 +1633,16 @@ mod tests {
         let err = plain
             .add_route(table, v6_route, Some(gw), child.index, None)
             .unwrap_err();
-        assert!(matches!(err, Error::InvalidConfig(_)), "{err}");
+        assert!(
+            matches!(
+                err,
+                Error::Netlink {
+                    errno: libc::EINVAL,
+                    ..
+                }
+            ),
+            "{err}"
+        );
         let mut dsts = pod.table_destinations(table, false).unwrap();
         dsts.sort();
         let want: Vec<IpNetwork> = vec![
@@ -1743,7 +1756,7 @@ mod tests {
         let (_t, ns) = TestNs::new("nlverbs4");
         let host = RouteSocket::current().unwrap();
         let master = host.link_by_name(&rail()).unwrap().expect("the rail");
-        let (mut events, plain) = AddrEvents::subscribe_with(&ns, RouteSocket::open).unwrap();
+        let (mut events, plain) = AddrEvents::subscribe_with(&ns, RouteSocket::new).unwrap();
         let plain = plain.unwrap();
         host.create_ipvlan_l2("nlv4", master.index, None, &ns)
             .unwrap();

@@ -9,6 +9,7 @@
 //!   thread can be used from anywhere afterwards (see netlink.rs).
 
 use std::fs::File;
+use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
@@ -28,24 +29,23 @@ pub struct Netns {
 }
 
 impl Netns {
-    /// Opens `path` and checks that it is a network namespace.
-    pub fn open(path: &Path) -> Result<Netns> {
-        let file = File::open(path).map_err(|e| {
-            Error::Netns(format!(
-                "cannot open CNI_NETNS {}: {e}; expected a network namespace path such as \
-                 /var/run/netns/<name> or /proc/<pid>/ns/net",
-                path.display()
-            ))
-        })?;
-        let fd = OwnedFd::from(file);
-        let fs = fstatfs(&fd)
-            .map_err(|e| Error::Netns(format!("cannot stat CNI_NETNS {}: {e}", path.display())))?;
+    /// Opens `path` and checks that it is a network namespace. The errors name the path and
+    /// keep the errno's kind; what they mean for the caller (CNI_NETNS for a command, a pid
+    /// or path for `diagnose`) is the caller's to say.
+    pub fn open(path: &Path) -> io::Result<Netns> {
+        let named = |what: &str, e: io::Error| {
+            io::Error::new(e.kind(), format!("cannot {what} {}: {e}", path.display()))
+        };
+        let fd = OwnedFd::from(File::open(path).map_err(|e| named("open", e))?);
+        let fs = fstatfs(&fd).map_err(|e| named("stat", e.into()))?;
         if fs.filesystem_type() != NSFS_MAGIC {
-            return Err(Error::Netns(format!(
-                "CNI_NETNS {} is not a namespace (its filesystem is not nsfs): expected a \
-                 bind-mounted network namespace or /proc/<pid>/ns/net",
-                path.display()
-            )));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{} is not a namespace (its filesystem is not nsfs)",
+                    path.display()
+                ),
+            ));
         }
         // nsfs holds every kind of namespace; setns(CLONE_NEWNET) would refuse a mount or PID
         // namespace only later, with a bare EINVAL. NS_GET_NSTYPE (Linux 4.11) tells the kind;
@@ -54,12 +54,14 @@ impl Netns {
         // which stays open for the whole call.
         let kind = unsafe { libc::ioctl(fd.as_raw_fd(), NS_GET_NSTYPE) };
         if kind >= 0 && kind != libc::CLONE_NEWNET {
-            return Err(Error::Netns(format!(
-                "CNI_NETNS {} is not a network namespace (it is a namespace of another kind, \
-                 CLONE flag {kind:#x}): expected a bind-mounted network namespace or \
-                 /proc/<pid>/ns/net",
-                path.display()
-            )));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{} is not a network namespace (it is a namespace of another kind, CLONE \
+                     flag {kind:#x})",
+                    path.display()
+                ),
+            ));
         }
         Ok(Netns {
             fd,
@@ -68,9 +70,9 @@ impl Netns {
     }
 
     /// Opens the namespace, or `None` if the path no longer exists (DEL after teardown).
-    pub fn open_if_exists(path: &Path) -> Result<Option<Netns>> {
+    pub fn open_if_exists(path: &Path) -> io::Result<Option<Netns>> {
         match std::fs::metadata(path) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             _ => Netns::open(path).map(Some),
         }
     }
@@ -90,41 +92,19 @@ impl Netns {
 
     /// Whether this is the plugin's own network namespace (the host's, for a plugin run by the
     /// kubelet): the same device and inode as /proc/self/ns/net.
-    pub fn is_own(&self) -> Result<bool> {
+    pub fn is_own(&self) -> io::Result<bool> {
         use std::os::unix::fs::MetadataExt;
-        let own = std::fs::metadata("/proc/self/ns/net")
-            .map_err(|e| Error::io("cannot stat the plugin's own /proc/self/ns/net", e))?;
-        let this = nix::sys::stat::fstat(&self.fd).map_err(|e| {
-            Error::io(
-                format!("cannot stat CNI_NETNS {}", self.path.display()),
-                e.into(),
-            )
-        })?;
-        Ok(this.st_dev == own.dev() && this.st_ino == own.ino())
-    }
-
-    /// Refuses the plugin's own namespace as a pod's. ADD there would put the child, its
-    /// source rules and the pod-wide `all.rp_filter=0` into the host, and DEL would then take
-    /// host links for the pod's; libcni's skel refuses it the same way.
-    pub fn refuse_own(&self) -> Result<()> {
-        if self.is_own()? {
-            return Err(Error::Netns(format!(
-                "CNI_NETNS {} is the plugin's own (the host's) network namespace: expected the \
-                 pod's namespace; a pod never shares the host's, so this is a runtime or \
-                 configuration bug (hostNetwork pods get no secondary networks)",
-                self.path.display()
-            )));
-        }
-        Ok(())
+        let own = std::fs::metadata("/proc/self/ns/net")?;
+        Ok(self.id()? == (own.dev(), own.ino()))
     }
 
     /// The namespace's device and inode: the same for every path and fd that names it.
-    pub fn id(&self) -> Result<(u64, u64)> {
+    pub fn id(&self) -> io::Result<(u64, u64)> {
         let st = nix::sys::stat::fstat(&self.fd).map_err(|e| {
-            Error::Netns(format!(
-                "cannot stat CNI_NETNS {}: {e}",
-                self.path.display()
-            ))
+            io::Error::new(
+                io::Error::from(e).kind(),
+                format!("cannot stat {}: {e}", self.path.display()),
+            )
         })?;
         Ok((st.st_dev, st.st_ino))
     }
@@ -178,21 +158,23 @@ mod tests {
     fn a_regular_file_is_not_a_namespace() {
         let f = tempfile::NamedTempFile::new().unwrap();
         let err = Netns::open(f.path()).unwrap_err();
-        assert_eq!(err.code(), 105);
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
         assert!(err.to_string().contains("not a namespace"), "{err}");
     }
 
     #[test]
     fn another_kind_of_namespace_is_not_a_network_namespace() {
         let err = Netns::open(Path::new("/proc/self/ns/mnt")).unwrap_err();
-        assert_eq!(err.code(), 105);
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
         assert!(err.to_string().contains("not a network namespace"), "{err}");
     }
 
     #[test]
     fn a_missing_path_is_reported_or_skipped() {
         let p = Path::new("/nonexistent/netns/x");
-        assert_eq!(Netns::open(p).unwrap_err().code(), 105);
+        let err = Netns::open(p).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::NotFound);
+        assert!(err.to_string().contains("/nonexistent/netns/x"), "{err}");
         assert!(Netns::open_if_exists(p).unwrap().is_none());
     }
 
@@ -213,9 +195,6 @@ mod tests {
         for path in ["/proc/self/ns/net", "/proc/thread-self/ns/net"] {
             let ns = Netns::open(Path::new(path)).unwrap();
             assert!(ns.is_own().unwrap(), "{path}");
-            let err = ns.refuse_own().unwrap_err();
-            assert_eq!(err.code(), 105);
-            assert!(err.to_string().contains("own"), "{err}");
         }
     }
 
@@ -248,7 +227,6 @@ mod tests {
         let before = thread_ns();
         assert_ne!(before, pod_ino);
         assert!(!ns.is_own().unwrap());
-        ns.refuse_own().unwrap();
 
         let caller = std::thread::current().id();
         let (inside, thread) = ns

@@ -149,6 +149,26 @@ impl Error {
         }
     }
 
+    /// 105: CNI_NETNS could not be opened as a network namespace (`source` names the path).
+    pub fn netns(source: std::io::Error) -> Self {
+        Error::Netns(format!(
+            "CNI_NETNS: {source}; expected a network namespace path such as \
+             /var/run/netns/<name> or /proc/<pid>/ns/net"
+        ))
+    }
+
+    /// 105: CNI_NETNS is the plugin's own (the host's) namespace. ADD there would put the
+    /// child, its source rules and the pod-wide `all.rp_filter=0` into the host, and DEL would
+    /// then take host links for the pod's; libcni's skel refuses it the same way.
+    pub fn own_netns(path: &std::path::Path) -> Self {
+        Error::Netns(format!(
+            "CNI_NETNS {} is the plugin's own (the host's) network namespace: expected the \
+             pod's namespace; a pod never shares the host's, so this is a runtime or \
+             configuration bug (hostNetwork pods get no secondary networks)",
+            path.display()
+        ))
+    }
+
     pub fn netlink(what: impl Into<String>, errno: i32) -> Self {
         Error::Netlink {
             what: what.into(),

@@ -21,7 +21,7 @@ use super::snapshot::{
 use crate::kernel::netlink::{AddressFlags, RouteSocket};
 use crate::kernel::netns::Netns;
 use crate::kernel::rdma::{self, NetnsMode, RdmaPort, Sysfs};
-use crate::protocol::error::Result;
+use crate::protocol::error::{Error, Result};
 
 /// Which namespace to diagnose.
 #[derive(Debug, Clone)]
@@ -55,13 +55,10 @@ const SYS: &str = "/sys";
 /// Reads everything. Fails only when the target namespace cannot be opened; every other failed
 /// read lands in `Snapshot::errors` and the diagnosis goes on.
 pub fn gather(target: &Target) -> Result<Snapshot> {
-    let ns = Netns::open(&target.path())?;
+    let ns = Netns::open(&target.path())
+        .map_err(|e| Error::io(format!("cannot read the {}", target.describe()), e))?;
     let mut errors = Vec::new();
-    // Probe with a plain open first: Netns::open words its errors for CNI_NETNS.
-    let pid1_path = Path::new("/proc/1/ns/net");
-    let pid1 = fs::File::open(pid1_path)
-        .map_err(|e| format!("cannot open {}: {e}", pid1_path.display()))
-        .and_then(|_| Netns::open(pid1_path).map_err(|e| e.to_string()));
+    let pid1 = Netns::open(Path::new("/proc/1/ns/net")).map_err(|e| e.to_string());
     let (host_ns, target_is_pid1, host_unavailable) = match pid1 {
         Ok(pid1) if same_ns(&pid1, &ns) => (None, true, None),
         Ok(pid1) => (Some(pid1), false, None),
