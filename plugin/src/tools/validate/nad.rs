@@ -348,3 +348,166 @@ pub(super) fn check_cni(conf: &Value, raw: Option<&str>, resource: &str) -> (Out
     let msg = format!("{checked} roce-ipvlan configuration(s) valid{notes}");
     (Outcome::Ok(msg), warnings)
 }
+
+#[cfg(test)]
+mod tests {
+    //! Each configuration through the whole command (`check_text`), one document at a time.
+
+    use super::*;
+    use crate::tools::validate::tests::{
+        device_nad, is_error, is_warning, last, nad, outcomes, NAD, RAIL_NAD,
+    };
+
+    #[test]
+    fn conflists_get_name_and_version_from_the_list() {
+        let list = r#"{"cniVersion": "1.0.0", "name": "rails", "plugins": [
+            {"type": "roce-ipvlan", "ipam": {"type": "host-local", "subnet": "10.0.0.0/24"},
+             "master": "rdma0"},
+            {"type": "tuning"}]}"#;
+        assert!(matches!(&outcomes(list)[0], Outcome::Ok(_)));
+        let other = r#"{"cniVersion": "1.0.0", "name": "x", "type": "ipvlan", "master": "eth0"}"#;
+        assert!(matches!(&outcomes(other)[0], Outcome::Skipped(_)));
+    }
+
+    #[test]
+    fn rails_nads_are_checked() {
+        let rails = NAD.replace("\"master\": \"rdma3\",", "\"rails\": [\"rdma*\"],");
+        assert!(
+            matches!(&outcomes(&rails)[0], Outcome::Ok(m) if m.contains("one child per rail matching \"rails\" [\"rdma*\"]")),
+            "{:?}",
+            outcomes(&rails)
+        );
+        // With another way of naming a rail: refused, as ADD would.
+        let both = NAD.replace(
+            "\"master\": \"rdma3\",",
+            "\"master\": \"rdma3\", \"rails\": [\"rdma*\"],",
+        );
+        assert!(
+            matches!(&outcomes(&both)[0], Outcome::Error(m) if m.contains("both name rails")),
+            "{:?}",
+            outcomes(&both)
+        );
+        let bad = NAD.replace("\"master\": \"rdma3\",", "\"rails\": [],");
+        assert!(
+            matches!(&outcomes(&bad)[0], Outcome::Error(m) if m.contains("\"rails\" is empty")),
+            "{:?}",
+            outcomes(&bad)
+        );
+        // A resourceName makes Multus inject a deviceID, which "rails" excludes.
+        let annotated = rails.replace(
+            "  name: rail3\n",
+            "  name: rail3\n  annotations:\n    k8s.v1.cni.cncf.io/resourceName: rdma/a\n",
+        );
+        assert!(
+            matches!(&outcomes(&annotated)[0], Outcome::Error(m) if m.contains("inject a deviceID")),
+            "{:?}",
+            outcomes(&annotated)
+        );
+    }
+
+    #[test]
+    fn shared_nads_say_where_the_rail_comes_from() {
+        // No rail and nothing a pod may choose: every ADD would be refused.
+        let shared = NAD.replace("\"master\": \"rdma3\",", "");
+        assert!(
+            matches!(&outcomes(&shared)[0], Outcome::Error(m) if m.contains("allowedRails")),
+            "{:?}",
+            outcomes(&shared)
+        );
+        let by_args = NAD.replace("\"master\": \"rdma3\",", "\"allowedRails\": [\"rdma*\"],");
+        assert!(
+            matches!(&outcomes(&by_args)[0], Outcome::Ok(m) if m.contains("cni-args")),
+            "{:?}",
+            outcomes(&by_args)
+        );
+        let bad = NAD.replace("\"master\": \"rdma3\",", "\"allowedRails\": [\"a/b\"],");
+        assert!(
+            matches!(&outcomes(&bad)[0], Outcome::Error(m) if m.contains("allowedRails")),
+            "{:?}",
+            outcomes(&bad)
+        );
+        let by_device = shared.replace(
+            "  name: rail3\n",
+            "  name: rail3\n  annotations:\n    k8s.v1.cni.cncf.io/resourceName: nvidia.com/hostdev\n",
+        );
+        assert!(
+            matches!(&outcomes(&by_device)[0], Outcome::Warning(m) if m.contains("deviceID of nvidia.com/hostdev")),
+            "{:?}",
+            outcomes(&by_device)
+        );
+    }
+
+    #[test]
+    fn unknown_top_level_keys_warn_and_runtime_keys_are_known() {
+        let typo = NAD.replace("\"master\"", "\"mastr\"");
+        // No rail left, so the typo is refused, and the error names the unknown key.
+        let o = &outcomes(&typo)[0];
+        assert!(is_error(o, "names no rail"), "{o:?}");
+        assert!(is_error(o, "unknown key \"mastr\""), "{o:?}");
+        let runtime = NAD.replace(
+            "\"master\": \"rdma3\",",
+            "\"master\": \"rdma3\", \"runtimeConfig\": {}, \"capabilities\": {\"CNIDeviceInfoFile\": true}, \
+             \"args\": {\"cni\": {}}, \"prevResult\": null, \"dns\": {}, \"allowedRails\": [\"rdma3\"],",
+        );
+        assert!(
+            matches!(&outcomes(&runtime)[0], Outcome::Ok(_)),
+            "{:?}",
+            outcomes(&runtime)
+        );
+        // A bare CNI configuration warns too.
+        let bare = r#"{"cniVersion": "1.0.0", "name": "x", "type": "roce-ipvlan", "mastr": "rdma0", "ipam": {"type": "host-local"}}"#;
+        assert!(
+            is_error(&outcomes(bare)[0], "unknown key \"mastr\""),
+            "{:?}",
+            outcomes(bare)
+        );
+    }
+
+    #[test]
+    fn a_slaac_prefix_longer_than_64_is_refused() {
+        let v6 = |prefix: &str| {
+            format!(
+                r#"{{"cniVersion": "1.0.0", "name": "x", "type": "roce-ipvlan", "master": "rdma0", "ipv6": {{"slaac": true, "prefix": "{prefix}"}}}}"#
+            )
+        };
+        assert!(is_error(
+            &outcomes(&v6("2001:db8:1:2::/72"))[0],
+            "longer than /64"
+        ));
+        assert!(matches!(
+            outcomes(&v6("2001:db8:1:2::/64"))[0],
+            Outcome::Ok(_)
+        ));
+        assert!(matches!(outcomes(&v6("2001:db8::/48"))[0], Outcome::Ok(_)));
+    }
+
+    #[test]
+    fn a_device_id_nad_without_the_device_info_capability_warns() {
+        assert!(is_warning(
+            &last(&[&device_nad(false)]),
+            "CNIDeviceInfoFile"
+        ));
+        assert!(matches!(last(&[&device_nad(true)]), Outcome::Ok(_)));
+        // A NAD that names its rail has no deviceID: nothing to warn about.
+        assert!(matches!(
+            last(&[&nad("rail0", "", RAIL_NAD)]),
+            Outcome::Ok(_)
+        ));
+    }
+
+    #[test]
+    fn roce_ipvlan_must_come_first_in_a_conflist() {
+        let list = r#"{"cniVersion": "1.0.0", "name": "rails", "plugins": [{"type": "tuning"},
+            {"type": "roce-ipvlan", "master": "rdma0", "ipam": {"type": "host-local", "subnet": "10.0.0.0/24"}}]}"#;
+        let o = &outcomes(list)[0];
+        assert!(
+            is_error(
+                o,
+                "roce-ipvlan is plugin 2 of the configuration list, after tuning"
+            ),
+            "{o:?}"
+        );
+        let nad_list = nad("rails", "", &list.replace('\n', " "));
+        assert!(is_error(&last(&[&nad_list]), "put roce-ipvlan first"));
+    }
+}
