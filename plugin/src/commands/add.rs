@@ -76,19 +76,19 @@ impl std::fmt::Display for Step {
 }
 
 /// What ADD checked before changing anything.
-struct Ready<'a> {
+struct Checked<'a> {
     conf: &'a NetConf,
     netns: Netns,
     host: RouteSocket,
     pod: RouteSocket,
     /// One per child, in rail order: one for `master` and the other single-rail inputs, one
     /// per matching rail for `rails`.
-    rails: Vec<RailReady>,
+    rails: Vec<CheckedRail>,
     budget: Budget,
 }
 
 /// One rail of the attachment, checked.
-struct RailReady {
+struct CheckedRail {
     /// The attachment's environment with CNI_IFNAME the child's name (ipvlan::child_name for
     /// `rails`): what the child is created as and what its IPAM calls carry.
     env: Env,
@@ -165,7 +165,7 @@ pub fn add(env: &Env, conf: &NetConf) -> Result<Value> {
     }
 }
 
-fn validate<'a>(env: &'a Env, conf: &'a NetConf, budget: Budget) -> Result<Ready<'a>> {
+fn validate<'a>(env: &'a Env, conf: &'a NetConf, budget: Budget) -> Result<Checked<'a>> {
     refuse_prev_result(conf)?;
     if let Some(path) = &conf.device_info_file {
         device_info::check_attachment(path, &env.container_id, &env.ifname)?;
@@ -203,7 +203,7 @@ fn validate<'a>(env: &'a Env, conf: &'a NetConf, budget: Budget) -> Result<Ready
         } else {
             (env.clone(), conf.sysctls.clone(), None)
         };
-        rails.push(RailReady {
+        rails.push(CheckedRail {
             env,
             master,
             port,
@@ -235,7 +235,7 @@ fn validate<'a>(env: &'a Env, conf: &'a NetConf, budget: Budget) -> Result<Ready
     }
     // Every child's IPAM plugin is the same binary: found once, before anything changes.
     Ipam::find(env, conf)?;
-    Ok(Ready {
+    Ok(Checked {
         conf,
         netns,
         host,
@@ -271,7 +271,7 @@ fn check_master(conf: &NetConf, master: &Link) -> Result<()> {
 /// a time), so that their IPAM calls, sysctls, routing and GID, RA and DAD waits overlap. All
 /// share the one deadline of `timeouts.totalMs`. A rail whose thread cannot start fails, and
 /// with it the ADD.
-fn build_all(r: &Ready<'_>) -> Vec<RailRun> {
+fn build_all(r: &Checked<'_>) -> Vec<RailRun> {
     if let [rail] = r.rails.as_slice() {
         let mut undo = UndoStack::default();
         let outcome = build(r, rail, &r.host, &r.pod, &mut undo);
@@ -324,7 +324,7 @@ fn build_all(r: &Ready<'_>) -> Vec<RailRun> {
 }
 
 /// One rail of a multi-rail ADD, on its own thread with its own sockets.
-fn build_rail(r: &Ready<'_>, rail: &RailReady) -> RailRun {
+fn build_rail(r: &Checked<'_>, rail: &CheckedRail) -> RailRun {
     let mut undo = UndoStack::default();
     let sockets =
         RouteSocket::current().and_then(|host| Ok((host, RouteSocket::open_in(&r.netns)?)));
@@ -347,7 +347,7 @@ fn build_rail(r: &Ready<'_>, rail: &RailReady) -> RailRun {
 
 /// The result of a finished ADD: one interface per child, each child's addresses pointing at
 /// it, and the `roce` data (one object for one rail; a list, in interface order, for `rails`).
-fn result(r: &Ready<'_>, runs: Vec<RailRun>) -> Value {
+fn result(r: &Checked<'_>, runs: Vec<RailRun>) -> Value {
     let mut built: Vec<Built> = runs
         .into_iter()
         .map(|run| {
@@ -393,7 +393,7 @@ fn result(r: &Ready<'_>, runs: Vec<RailRun>) -> Value {
 /// (pod_record.rs), when the runtime named a Kubernetes pod. The last step of a successful
 /// ADD, after which nothing can fail, so no failed ADD leaves one; and a record that cannot be
 /// written fails nothing: it is what the operator sees, not what the pod needs.
-fn record(env: &Env, r: &Ready<'_>, runs: &[RailRun]) {
+fn record(env: &Env, r: &Checked<'_>, runs: &[RailRun]) {
     let args = std::env::var("CNI_ARGS").unwrap_or_default();
     let Some(pod) = pod_record::PodRef::from_cni_args(&args) else {
         tracing::debug!("no Kubernetes pod in CNI_ARGS: no attachment record");
@@ -495,8 +495,8 @@ fn require_shared_netns_mode(port: &RdmaPort, master: &Link) -> Result<()> {
 
 /// Builds one rail's child, pushing an undo for each change.
 fn build(
-    r: &Ready<'_>,
-    rail: &RailReady,
+    r: &Checked<'_>,
+    rail: &CheckedRail,
     host: &RouteSocket,
     pod: &RouteSocket,
     undo: &mut UndoStack<Step>,
@@ -629,7 +629,7 @@ fn build(
 
 /// Waits, reading sysfs from inside the pod's namespace (as the workload will), until the RoCE
 /// v2 GID of the child's address is in the port's table.
-fn wait_for_gid(r: &Ready<'_>, rail: &RailReady, addr: IpAddr) -> Result<Roce> {
+fn wait_for_gid(r: &Checked<'_>, rail: &CheckedRail, addr: IpAddr) -> Result<Roce> {
     let gid = rdma::roce_gid(addr);
     let share = r.budget.share(r.conf.rdma.gid_timeout);
     let timeout = share.limit;
@@ -706,7 +706,7 @@ pub(crate) fn refuse_own(netns: &Netns) -> Result<()> {
 }
 
 /// The pod lock, waited for at most `limit`.
-fn pod_lock(r: &Ready<'_>, limit: std::time::Duration) -> Result<lock::Held> {
+fn pod_lock(r: &Checked<'_>, limit: std::time::Duration) -> Result<lock::Held> {
     let (dev, ino) = r
         .netns
         .id()
@@ -720,7 +720,7 @@ fn pod_lock(r: &Ready<'_>, limit: std::time::Duration) -> Result<lock::Held> {
 /// which do not count. Under the pod lock, so that no other ADD's sysctl step runs in between
 /// (lock.rs).
 fn restore_pod_wide(
-    r: &Ready<'_>,
+    r: &Checked<'_>,
     pod: &RouteSocket,
     saved: &sysctl::Saved,
     ours: &[u32],
@@ -750,8 +750,8 @@ fn restore_pod_wide(
 /// could outlast the kubelet's patience); a rail whose thread cannot start (pids.max) is taken
 /// back on this one.
 fn rollback(
-    r: &Ready<'_>,
-    undos: Vec<(&RailReady, Option<RouteSocket>, UndoStack<Step>)>,
+    r: &Checked<'_>,
+    undos: Vec<(&CheckedRail, Option<RouteSocket>, UndoStack<Step>)>,
 ) -> Vec<FailedUndo> {
     let ours: Vec<u32> = undos
         .iter()
@@ -761,7 +761,7 @@ fn rollback(
             _ => None,
         })
         .collect();
-    let one_rail = |(rail, pod, undo): (&RailReady, Option<RouteSocket>, UndoStack<Step>)| {
+    let one_rail = |(rail, pod, undo): (&CheckedRail, Option<RouteSocket>, UndoStack<Step>)| {
         let pod = pod.as_ref().unwrap_or(&r.pod);
         let mut failed = Vec::new();
         for step in undo.unwind() {
@@ -817,8 +817,8 @@ fn rollback(
 
 /// Takes back one step of a failed ADD.
 fn undo_step(
-    r: &Ready<'_>,
-    rail: &RailReady,
+    r: &Checked<'_>,
+    rail: &CheckedRail,
     pod: &RouteSocket,
     step: &Step,
     ours: &[u32],
