@@ -375,27 +375,30 @@ httpd.serve_forever()
         );
     }
 
+    /// `openssl req` with a new P-256 key in `<name>.key` and `args` saying what to make of it.
+    fn new_key(dir: &Path, name: &str, args: &[&str]) {
+        let key = format!("{name}.key");
+        let mut all = vec![
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            &key,
+        ];
+        all.extend_from_slice(args);
+        openssl(dir, &all);
+    }
+
+    /// A self-signed CA, `<name>.key` and `<name>.crt`.
     pub(crate) fn ca(dir: &Path, name: &str) {
-        let (key, crt) = (format!("{name}.key"), format!("{name}.crt"));
-        openssl(
+        let (crt, subject) = (format!("{name}.crt"), format!("/CN={name}"));
+        new_key(
             dir,
-            &[
-                "req",
-                "-x509",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:prime256v1",
-                "-nodes",
-                "-keyout",
-                &key,
-                "-out",
-                &crt,
-                "-days",
-                "2",
-                "-subj",
-                &format!("/CN={name}"),
-            ],
+            name,
+            &["-x509", "-out", &crt, "-days", "2", "-subj", &subject],
         );
     }
 
@@ -411,23 +414,10 @@ httpd.serve_forever()
     ) {
         ca(dir, "ca");
         ca(dir, "other");
-        openssl(
+        new_key(
             dir,
-            &[
-                "req",
-                "-new",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:prime256v1",
-                "-nodes",
-                "-keyout",
-                "server.key",
-                "-out",
-                "server.csr",
-                "-subj",
-                "/CN=kube-apiserver",
-            ],
+            "server",
+            &["-new", "-out", "server.csr", "-subj", "/CN=kube-apiserver"],
         );
         std::fs::write(
             dir.join("ext.cnf"),
