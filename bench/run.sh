@@ -7,8 +7,8 @@
 #
 # Environment: BENCH_* sizes (see bench/guest.py; defaults are the published ones),
 # BENCH_RAILS (16), BENCH_OUT (docs/bench), BENCH_DOC (docs/benchmarks.md), BENCH_BEFORE_REV
-# (49f5276: the commit whose `dad: wait` the IPv6 section's "before" row measures; "none" skips
-# the row).
+# (49f5276: the commit whose `dad: wait` the IPv6 section's "before" row and the phase table's
+# "before" column measure; "none" skips them).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
@@ -34,8 +34,9 @@ if [[ -z $bin ]]; then
 	bin=$repo/$rel
 fi
 
-# The "before" row of the IPv6 section: the static build of an earlier commit as it shipped then
-# (by default 49f5276, the state before issue #18's short-DAD sequence: static glibc), from a temporary git worktree with
+# The "before" row of the IPv6 section and column of the phase table: the static build of an
+# earlier commit as it shipped then (its `make static` when it has one; 49f5276, the default,
+# the state before issue #18's short-DAD sequence, has none: static glibc), from a temporary git worktree with
 # its own target directory under target/ (outside /tmp, so the VM sees it), trials interleaved
 # with the current binary's in the same run.
 before_rev=${BENCH_BEFORE_REV:-49f5276}
@@ -47,9 +48,18 @@ if [[ $before_rev != none ]]; then
 		git -C "$repo" worktree remove --force "$bdir/src" 2>/dev/null || rm -rf "$bdir/src"
 		git -C "$repo" worktree prune
 		git -C "$repo" worktree add --detach "$bdir/src" "$before_rev"
-		(cd "$bdir/src" && RUSTFLAGS='-C target-feature=+crt-static' CARGO_TARGET_DIR=$bdir/target \
-			${CARGO:-cargo} build --locked --release --target "$(uname -m)-unknown-linux-gnu" -p roce-ipvlan)
-		cp "$bdir/target/$(uname -m)-unknown-linux-gnu/release/roce-ipvlan" "$before_bin"
+		if make -s --no-print-directory -C "$bdir/src" static-bin >/dev/null 2>&1; then
+			# A commit with `make static` is built as it shipped (its own Makefile's libc and
+			# flags), in its worktree's target directory, kept for the next run.
+			mkdir -p "$bdir/target"
+			ln -sfn "$bdir/target" "$bdir/src/target"
+			${MAKE:-make} -C "$bdir/src" static
+			cp "$bdir/src/$(make -s --no-print-directory -C "$bdir/src" static-bin)" "$before_bin"
+		else
+			(cd "$bdir/src" && RUSTFLAGS='-C target-feature=+crt-static' CARGO_TARGET_DIR=$bdir/target \
+				${CARGO:-cargo} build --locked --release --target "$(uname -m)-unknown-linux-gnu" -p roce-ipvlan)
+			cp "$bdir/target/$(uname -m)-unknown-linux-gnu/release/roce-ipvlan" "$before_bin"
+		fi
 		git -C "$repo" worktree remove --force "$bdir/src"
 	fi
 fi
