@@ -412,7 +412,8 @@ def render(S, rel):
       "tentative address only with optimistic DAD, so for `kernel` and `wait` it is when DAD ended. "
       "ADD is the whole `cnidriver add`." + (
           f" *wait, before* is `dad: wait` of the static build of commit {S['sizes']['before_rev']} "
-          "(`BENCH_BEFORE_REV` of bench/run.sh: the state before issue #18's short-DAD sequence), "
+          "(`BENCH_BEFORE_REV` of bench/run.sh" + ("; the state before issue #18's short-DAD sequence"
+                                                if S['sizes']['before_rev'] == "49f5276" else "") + "), "
           "its trials interleaved with the others in the same run." if v6["before"]["after_up"]["n"]
           else "") + "\n")
     w("| mode | ready after link up: median / p90 / max | global address after link up (median) | ADD wall (median) |")
@@ -575,9 +576,14 @@ def render_profile(S, w):
       "route-netlink request of every command (ADD's child, addresses, routes, rules and ifalias; "
       "CHECK's, GC's and the SLAAC wait's dumps; the address events) moved to that plain socket, "
       "encoded as `ip` encodes it: rtnetlink, netlink-packet-route and tokio left the binary, so "
-      "no command builds a runtime and the binary lost 0.78 MB. The *before* "
-      "column of the phase table is the binary before issue #18; the figures above are after these "
-      "changes.")
+      "no command builds a runtime and the binary lost 0.78 MB. Then (issue #27) the requests "
+      "are built from netlink-packet-route's typed messages again, on one blocking socket of "
+      "netlink-sys and netlink-packet-core for route and RDMA netlink (still no runtime), the replies "
+      "read lazily for the attributes used; and (issue #30) ADD leaves an attachment record: "
+      f"the binary is {sz['roce-ipvlan']} bytes. "
+      + (f"The *before* column of the phase table is commit {before}, its runs interleaved with "
+         "this binary's: the same run's A/B." if before else "")
+      )
     w(f"- **The GID wait** ({f0(ph.get('wait for the RoCE v2 GID'))} ms) is work the chain does not do: "
       "ADD returns only when the pod can see its RoCE v2 GID. The kernel adds the GID from a work item "
       "after the address, so the first read usually misses.")
