@@ -54,8 +54,10 @@ daemonsets_ready() { # every DaemonSet's pods Ready; every 30 s the pods' state 
 
 install_multus() {
 	# The upstream thin DaemonSet (deployments/multus-daemonset.yml of the module build.sh built
-	# Multus from), its image swapped for the one built here, and its CPU limit lifted: 100m of a
-	# TCG CPU starves thin_entrypoint for minutes. Nothing else is changed.
+	# Multus from), its image swapped for the one built here, and its limits lifted: 100m of a
+	# TCG CPU starves thin_entrypoint for minutes, and the binaries it copies into the node's
+	# /opt/cni/bin (tmpfs in the VM) are charged to its 50Mi memory limit, which OOM-killed it
+	# into CrashLoopBackOff on a slow machine. Nothing else is changed.
 	local dir
 	dir=$(mktemp -d /run/k8s/multus.XXXXXX)
 	cp "$K8S_CACHE/manifests/multus-daemonset.yml" "$dir/"
@@ -73,6 +75,9 @@ patches:
       - op: replace
         path: /spec/template/spec/containers/0/resources/limits/cpu
         value: "1"
+      - op: add
+        path: /spec/template/spec/containers/0/resources/limits/memory
+        value: 512Mi
 EOF
 	kubectl apply -k "$dir" >/dev/null
 }
