@@ -344,6 +344,37 @@ pub(crate) fn rdma_port(rail: &Rail, port: Option<u32>, master: &Link) -> Result
             e,
         )
     })?;
+    bound_port(found, port, master)
+}
+
+/// The RDMA ports of several rails at once (a multi-rail ADD), as [`rdma_port`] finds each: one
+/// RDMA netlink walk for all of them.
+pub(crate) fn rdma_ports(found: &[(Rail, Link)], port: Option<u32>) -> Result<Vec<RdmaPort>> {
+    if let [(rail, master)] = found {
+        return Ok(vec![rdma_port(rail, port, master)?]);
+    }
+    if found.iter().any(|(rail, _)| rail.rdma_device.is_some()) {
+        return found
+            .iter()
+            .map(|(rail, master)| rdma_port(rail, port, master))
+            .collect();
+    }
+    let netdevs: Vec<(u32, &str)> = found
+        .iter()
+        .map(|(_, master)| (master.index, master.name.as_str()))
+        .collect();
+    let ports = rdma::ports_of_netdevs(&netdevs)
+        .map_err(|e| Error::io("cannot list the RDMA ports of this node", e))?;
+    found
+        .iter()
+        .zip(ports)
+        .map(|((_, master), found)| bound_port(found, port, master))
+        .collect()
+}
+
+/// The port found bound to rail `master`, its number replaced by `port` when given; no port is
+/// an error that says what to check.
+fn bound_port(found: Option<RdmaPort>, port: Option<u32>, master: &Link) -> Result<RdmaPort> {
     match found {
         Some(mut found) => {
             if let Some(p) = port {

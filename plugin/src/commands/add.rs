@@ -182,10 +182,12 @@ fn validate<'a>(env: &'a Env, conf: &'a NetConf, budget: Budget) -> Result<Check
         None => vec![rail::find(&conf.rail, &host, Error::Rail)?],
     };
     let multi = conf.multi_rail();
+    for (_, master) in &found {
+        check_master(conf, master)?;
+    }
+    let ports = rail::rdma_ports(&found, conf.rdma.port)?;
     let mut rails = Vec::with_capacity(found.len());
-    for (i, (rail, master)) in found.into_iter().enumerate() {
-        check_master(conf, &master)?;
-        let port = rail::rdma_port(&rail, conf.rdma.port, &master)?;
+    for (i, ((_, master), port)) in found.into_iter().zip(ports).enumerate() {
         if i == 0 {
             require_shared_netns_mode(&port, &master)?;
         }
@@ -576,6 +578,7 @@ fn build(
                 r.budget,
                 &mut result,
             )?;
+            tracing::debug!(address = %done.gid_addr, "SLAAC address ready");
             install_routes(pod, undo, child.index, &done.routes)?;
             done.gid_addr
         }

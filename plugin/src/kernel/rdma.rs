@@ -298,6 +298,28 @@ pub fn port_of_netdev(ifindex: u32, ifname: &str) -> io::Result<Option<RdmaPort>
     sysfs.port_of_netdev(ifname)
 }
 
+/// The RDMA ports bound to several netdevs of this thread's netns (the rails of one multi-rail
+/// ADD), in their order: one RDMA netlink walk over every port for all of them, where
+/// [`port_of_netdev`] per netdev would open a socket and dump the devices each time. A netdev
+/// that netlink does not place (or all of them, when netlink is unavailable) is looked up in
+/// sysfs as [`port_of_netdev`] does.
+pub fn ports_of_netdevs(netdevs: &[(u32, &str)]) -> io::Result<Vec<Option<RdmaPort>>> {
+    let ports = nldev::netlink_ports().unwrap_or_else(|err| {
+        tracing::debug!(error = %err, "RDMA netlink failed; trying sysfs");
+        Vec::new()
+    });
+    let sysfs = Sysfs::system();
+    netdevs
+        .iter()
+        .map(
+            |&(ifindex, ifname)| match ports.iter().find(|p| p.ndev_index == Some(ifindex)) {
+                Some(found) => Ok(Some(found.port.clone())),
+                None => sysfs.port_of_netdev(ifname),
+            },
+        )
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
