@@ -276,7 +276,7 @@ fn check_master(conf: &NetConf, master: &Link) -> Result<()> {
 fn build_all(r: &Checked<'_>) -> Vec<RailRun> {
     if let [rail] = r.rails.as_slice() {
         let mut undo = UndoStack::default();
-        let outcome = build(r, rail, &r.host, &r.pod, &mut undo);
+        let outcome = build(r, rail, &r.host, &r.pod, false, &mut undo);
         return vec![RailRun {
             pod: None,
             undo,
@@ -332,7 +332,7 @@ fn build_rail(r: &Checked<'_>, rail: &CheckedRail) -> RailRun {
         RouteSocket::current().and_then(|host| Ok((host, RouteSocket::open_in(&r.netns)?)));
     match sockets {
         Ok((host, pod)) => {
-            let outcome = build(r, rail, &host, &pod, &mut undo);
+            let outcome = build(r, rail, &host, &pod, true, &mut undo);
             RailRun {
                 pod: Some(pod),
                 undo,
@@ -495,12 +495,14 @@ fn require_shared_netns_mode(port: &RdmaPort, master: &Link) -> Result<()> {
     }
 }
 
-/// Builds one rail's child, pushing an undo for each change.
+/// Builds one rail's child, pushing an undo for each change. `on_own_thread`: this runs on a
+/// thread spawned for this rail alone (several rails), which may enter the pod for good.
 fn build(
     r: &Checked<'_>,
     rail: &CheckedRail,
     host: &RouteSocket,
     pod: &RouteSocket,
+    on_own_thread: bool,
     undo: &mut UndoStack<Step>,
 ) -> Result<Built> {
     let (env, conf) = (&rail.env, r.conf);
@@ -521,6 +523,12 @@ fn build(
     };
     tracing::debug!(ips = result.ips.len(), "IPAM done");
     failpoint!("after-ipam");
+    if on_own_thread {
+        // The rest is pod-side: a rail's own thread enters the pod once instead of starting a
+        // thread for its sysctls, its address events and its GID reads (netns.rs). The IPAM
+        // call above stays in the runtime's namespace, as CNI has it; undo runs elsewhere.
+        r.netns.enter_for_rest_of_thread()?;
+    }
 
     let mut sysctls = rail.sysctls.clone();
     sysctls.extend(ipv6::sysctls(conf, &result.ips, &env.ifname)?);

@@ -3,7 +3,9 @@
 //! Rules (the same as containernetworking/plugins' pkg/ns, for the same reasons):
 //! - a namespace is entered only on a fresh thread that ends right after the work is done, never
 //!   on the main thread or a runtime worker: a thread left in the wrong namespace would make
-//!   every later netlink socket, /proc/sys write or sysfs read land in the wrong place;
+//!   every later netlink socket, /proc/sys write or sysfs read land in the wrong place. The
+//!   one other case is a thread spawned for one rail of a multi-rail ADD, which enters the pod
+//!   for the rest of its work and then ends ([`Netns::enter_for_rest_of_thread`]);
 //! - a path is trusted as a namespace only after fstatfs says it is nsfs;
 //! - netlink sockets keep the namespace they were created in, so a socket opened on such a
 //!   thread can be used from anywhere afterwards (see netlink.rs).
@@ -17,6 +19,12 @@ use nix::sched::{setns, CloneFlags};
 use nix::sys::statfs::{fstatfs, NSFS_MAGIC};
 
 use crate::protocol::error::{Error, Result};
+
+thread_local! {
+    /// The namespace (device, inode) this thread has entered for the rest of its life
+    /// ([`Netns::enter_for_rest_of_thread`]); None on a thread still in its first namespace.
+    static ENTERED: std::cell::Cell<Option<(u64, u64)>> = const { std::cell::Cell::new(None) };
+}
 
 /// `_IO(0xb7, 0x3)` from linux/nsfs.h: the CLONE_NEW* flag of a namespace fd.
 const NS_GET_NSTYPE: libc::Ioctl = 0xb703;
@@ -117,11 +125,36 @@ impl Netns {
         self.fd.as_fd()
     }
 
+    /// Moves the calling thread into this namespace for good, so that [`Netns::run`] on it
+    /// runs `f` right there instead of on a thread of its own (each costs a thread start).
+    /// Only for a thread spawned for one piece of pod-side work that ends with it (one rail of
+    /// a multi-rail ADD, after its IPAM call): nothing that must happen in the plugin's own
+    /// namespace (an IPAM plugin's exec, a host socket) may follow on that thread.
+    pub fn enter_for_rest_of_thread(&self) -> Result<()> {
+        let id = self
+            .id()
+            .map_err(|e| Error::io("cannot identify the pod's network namespace", e))?;
+        setns(self.fd.as_fd(), CloneFlags::CLONE_NEWNET).map_err(|e| {
+            Error::Netns(format!(
+                "cannot enter network namespace {}: {e}",
+                self.path.display()
+            ))
+        })?;
+        ENTERED.with(|entered| entered.set(Some(id)));
+        Ok(())
+    }
+
     /// Runs `f` on a fresh thread that has entered this namespace; the thread ends with `f`.
+    /// On a thread already inside for good (`enter_for_rest_of_thread`), runs `f` there.
     ///
     /// A thread that cannot be created (EAGAIN: the pod sandbox's or the runtime's `pids.max`)
     /// is an error, not a panic: ADD is then mid-way and its undo must still run.
     pub fn run<T: Send>(&self, f: impl FnOnce() -> T + Send) -> Result<T> {
+        if let Some(entered) = ENTERED.with(|entered| entered.get()) {
+            if self.id().is_ok_and(|id| id == entered) {
+                return Ok(f());
+            }
+        }
         std::thread::scope(|scope| {
             std::thread::Builder::new()
                 .name("netns".into())
@@ -256,5 +289,62 @@ mod tests {
         // The open fd keeps the namespace; the path no longer names it.
         assert!(!ns.still_at_path());
         assert_eq!(ns.run(thread_ns).unwrap(), pod_ino);
+    }
+
+    /// Privileged (`make vm-rust`): a thread that entered a namespace for good runs `run`'s
+    /// closures for that namespace itself, and still hands those for another one to a thread
+    /// of their own; the thread that spawned it stays where it was.
+    #[test]
+    #[ignore = "privileged: run in the VM by make vm-rust"]
+    fn a_thread_inside_for_good_runs_closures_itself() {
+        use std::process::Command;
+        let names = ["nsenter2", "nsenter3"];
+        for name in names {
+            let _ = Command::new("ip").args(["netns", "del", name]).output();
+            let added = Command::new("ip").args(["netns", "add", name]).status();
+            assert!(added.unwrap().success(), "ip netns add {name}");
+        }
+        let open = |name: &str| Netns::open(Path::new(&format!("/run/netns/{name}"))).unwrap();
+        let (pod, other) = (open(names[0]), open(names[1]));
+        let (_, pod_ino) = pod.id().unwrap();
+        let (_, other_ino) = other.id().unwrap();
+        let before = thread_ns();
+
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    pod.enter_for_rest_of_thread().unwrap();
+                    assert_eq!(thread_ns(), pod_ino, "the thread moved");
+                    let me = std::thread::current().id();
+                    let (inside, thread) = pod
+                        .run(|| (thread_ns(), std::thread::current().id()))
+                        .unwrap();
+                    assert_eq!((inside, thread), (pod_ino, me), "ran here, in the pod");
+                    let (inside, thread) = other
+                        .run(|| (thread_ns(), std::thread::current().id()))
+                        .unwrap();
+                    assert_eq!(inside, other_ino);
+                    assert_ne!(
+                        thread, me,
+                        "another namespace still gets a thread of its own"
+                    );
+                    assert_eq!(thread_ns(), pod_ino, "and this one stays in the pod");
+                })
+                .join()
+                .unwrap();
+        });
+        assert_eq!(thread_ns(), before, "the spawning thread never moved");
+        let (inside, thread) = pod
+            .run(|| (thread_ns(), std::thread::current().id()))
+            .unwrap();
+        assert_eq!(inside, pod_ino);
+        assert_ne!(
+            thread,
+            std::thread::current().id(),
+            "outside, a thread of its own"
+        );
+        for name in names {
+            let _ = Command::new("ip").args(["netns", "del", name]).output();
+        }
     }
 }
