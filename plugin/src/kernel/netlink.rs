@@ -173,6 +173,8 @@ pub struct AddrEvents {
     socket: netlink_sys::Socket,
     /// Events of a datagram already read, not yet returned.
     pending: VecDeque<AddrEvent>,
+    /// The receive buffer, kept across reads (socket.rs's RECV_BUF says why).
+    buf: Vec<u8>,
 }
 
 impl AddrEvents {
@@ -198,6 +200,7 @@ impl AddrEvents {
         Ok(AddrEvents {
             socket,
             pending: VecDeque::new(),
+            buf: Vec::with_capacity(64 * 1024),
         })
     }
 
@@ -230,11 +233,11 @@ impl AddrEvents {
             if ready == 0 {
                 continue;
             }
-            let mut buf = Vec::with_capacity(64 * 1024);
-            match self.socket.recv_from(&mut buf, libc::MSG_DONTWAIT) {
+            self.buf.clear();
+            match self.socket.recv_from(&mut self.buf, libc::MSG_DONTWAIT) {
                 Ok((_, from)) => self
                     .pending
-                    .extend(address_events(from.port_number(), &buf)),
+                    .extend(address_events(from.port_number(), &self.buf)),
                 Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
                     self.pending.push_back(AddrEvent::Lost)
                 }

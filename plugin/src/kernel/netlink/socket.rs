@@ -59,6 +59,14 @@ pub(crate) fn malformed(what: &str) -> Failure {
 /// 64 KiB always holds a whole one; MSG_TRUNC shows when it did not.
 const RECV_BUF_LEN: usize = 64 * 1024;
 
+thread_local! {
+    /// Each thread's receive buffer, kept for its every exchange: a buffer per exchange is an
+    /// allocation the size musl's malloc maps and unmaps each time, an mmap and a munmap (a
+    /// TLB shootdown across the other threads' CPUs) per request, under malloc's one lock.
+    static RECV_BUF: std::cell::RefCell<Vec<u8>> =
+        std::cell::RefCell::new(Vec::with_capacity(RECV_BUF_LEN));
+}
+
 /// How often a dump the kernel marks interrupted (NLM_F_DUMP_INTR: the table changed while it
 /// was read, so the parts may be inconsistent) is started again before giving up, as
 /// containernetworking/plugins' netlinksafe does.
@@ -126,24 +134,26 @@ impl Socket {
         let seq = 1 + self.seq.fetch_add(1, Ordering::Relaxed);
         let request = encode(message, NLM_F_REQUEST | flags, seq);
         self.socket.send(&request, 0).map_err(Failure::Io)?;
-        let mut buf = Vec::with_capacity(RECV_BUF_LEN);
-        let mut answer = Answer::default();
-        loop {
-            buf.clear();
-            let len = self
-                .socket
-                .recv(&mut buf, libc::MSG_TRUNC)
-                .map_err(Failure::Io)?;
-            if len > buf.len() {
-                return Err(Failure::Io(io::Error::other(format!(
-                    "a {len} byte netlink reply does not fit the {} byte buffer",
-                    buf.len()
-                ))));
+        RECV_BUF.with(|buf| {
+            let mut buf = buf.borrow_mut();
+            let mut answer = Answer::default();
+            loop {
+                buf.clear();
+                let len = self
+                    .socket
+                    .recv(&mut *buf, libc::MSG_TRUNC)
+                    .map_err(Failure::Io)?;
+                if len > buf.len() {
+                    return Err(Failure::Io(io::Error::other(format!(
+                        "a {len} byte netlink reply does not fit the {} byte buffer",
+                        buf.len()
+                    ))));
+                }
+                if answer.feed(&buf, seq, reply_type)? {
+                    return Ok((answer.replies, answer.interrupted));
+                }
             }
-            if answer.feed(&buf, seq, reply_type)? {
-                return Ok((answer.replies, answer.interrupted));
-            }
-        }
+        })
     }
 }
 

@@ -294,32 +294,34 @@ fn unreadable_as_none(read: io::Result<String>) -> io::Result<Option<String>> {
     }
 }
 
-/// Reads `gid_attrs/<kind>/<index>` of a port directory: None if unreadable (EINVAL) or empty.
 /// A small file's text (a sysfs attribute is at most a page): open, read, close. sysfs hands
 /// an attribute out whole on the first read, so this skips the size query and the second read
 /// of `fs::read_to_string`, two syscalls per file that a GID poll and the rail lookup repeat.
+/// The page is on the stack: a GID poll reads hundreds of these, and a heap buffer each would
+/// be a malloc and a free under musl's one malloc lock, which a multi-rail ADD's threads share.
 fn read_small(path: impl AsRef<Path>) -> io::Result<String> {
     use std::io::Read;
     let mut file = fs::File::open(path)?;
-    let mut buf = vec![0u8; 4096];
-    let mut len = 0;
-    loop {
-        match file.read(&mut buf[len..]) {
-            Ok(0) => break,
-            Ok(n) => len += n,
+    let mut page = [0u8; 4096];
+    let len = loop {
+        match file.read(&mut page) {
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
+            read => break read?,
         }
-        if len < buf.len() {
-            // A short read of a small file is all of it (sysfs, and regular files in tests).
-            break;
-        }
-        buf.resize(buf.len() * 2, 0);
-    }
-    buf.truncate(len);
-    String::from_utf8(buf).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    };
+    let text = if len < page.len() {
+        // A short read of a small file is all of it (sysfs, and regular files in tests).
+        page[..len].to_vec()
+    } else {
+        // A whole page: a larger file (regular files in tests), read to its end.
+        let mut all = page.to_vec();
+        file.read_to_end(&mut all)?;
+        all
+    };
+    String::from_utf8(text).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
+/// Reads `gid_attrs/<kind>/<index>` of a port directory: None if unreadable (EINVAL) or empty.
 fn read_attr(port_dir: &Path, kind: &str, index: u32) -> io::Result<Option<String>> {
     let path = port_dir
         .join("gid_attrs")
@@ -371,6 +373,21 @@ mod tests {
     use super::*;
     use crate::kernel::rdma::{wait_for_gid, WaitError};
     use std::thread;
+
+    #[test]
+    fn read_small_reads_short_page_sized_and_longer_files_whole() {
+        let tmp = TempDir::new().unwrap();
+        for len in [0, 7, 4095, 4096, 4097, 10_000] {
+            let text: String = (0..len).map(|i| char::from(b'a' + (i % 26) as u8)).collect();
+            let path = tmp.path().join(format!("f{len}"));
+            fs::write(&path, &text).unwrap();
+            assert_eq!(read_small(&path).unwrap(), text, "{len} bytes");
+        }
+        assert_eq!(
+            read_small(tmp.path().join("none")).unwrap_err().kind(),
+            io::ErrorKind::NotFound
+        );
+    }
     use std::time::{Duration, Instant};
     use tempfile::TempDir;
 
