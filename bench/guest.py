@@ -538,7 +538,7 @@ def bench_multi():
 
 
 # --- profile: where the time goes ---
-PROFILE_RUNS = int(os.environ.get("BENCH_PROFILE_RUNS", "10"))
+PROFILE_RUNS = int(os.environ.get("BENCH_PROFILE_RUNS", "20"))
 START_RUNS = int(os.environ.get("BENCH_START_RUNS", "20"))
 # The debug events of one roce-ipvlan ADD/DEL, in order (plugin/src/lib.rs, add.rs, del.rs); each
 # phase ends at its event.

@@ -585,9 +585,15 @@ def render_profile(S, w):
       "are built from netlink-packet-route's typed messages again, on one blocking socket of "
       "netlink-sys and netlink-packet-core for route and RDMA netlink (still no runtime), the replies "
       "read lazily for the attributes used; and (issue #30) ADD leaves an attachment record: "
-      f"the binary is {sz['roce-ipvlan']} bytes. "
+      f"the binary is {sz['roce-ipvlan']} bytes. Then (issue #28, for many rails at once) a "
+      "multi-rail ADD finds every rail's RDMA port in one RDMA netlink walk, each rail's thread "
+      "enters the pod once after its IPAM call, and a netlink exchange or a sysfs read no longer "
+      "allocates a buffer of its own (a 64 KiB one per exchange was an mmap and a munmap under "
+      "musl's single malloc lock, thousands of futex calls in a 16-rail ADD). "
       + (f"The *before* column of the phase table is commit {before}, its runs interleaved with "
-         "this binary's: the same run's A/B." if before else "")
+         "this binary's: the same run's A/B. Besides the netlink layer, what came after it is "
+         "in the *now* column too: the second hardening round (issue #25), `rails` (#28) and "
+         "the attachment record (#30)." if before else "")
       )
     w(f"- **The GID wait** ({f0(ph.get('wait for the RoCE v2 GID'))} ms) is work the chain does not do: "
       "ADD returns only when the pod can see its RoCE v2 GID. The kernel adds the GID from a work item "
