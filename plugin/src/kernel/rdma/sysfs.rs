@@ -378,7 +378,9 @@ mod tests {
     fn read_small_reads_short_page_sized_and_longer_files_whole() {
         let tmp = TempDir::new().unwrap();
         for len in [0, 7, 4095, 4096, 4097, 10_000] {
-            let text: String = (0..len).map(|i| char::from(b'a' + (i % 26) as u8)).collect();
+            let text: String = (0..len)
+                .map(|i| char::from(b'a' + (i % 26) as u8))
+                .collect();
             let path = tmp.path().join(format!("f{len}"));
             fs::write(&path, &text).unwrap();
             assert_eq!(read_small(&path).unwrap(), text, "{len} bytes");
