@@ -173,7 +173,7 @@ pub struct AddrEvents {
     socket: netlink_sys::Socket,
     /// Events of a datagram already read, not yet returned.
     pending: VecDeque<AddrEvent>,
-    /// The receive buffer, kept across reads (socket.rs's RECV_BUF says why).
+    /// The receive buffer, kept across reads (socket.rs's RECV_BUF says why), as large.
     buf: Vec<u8>,
 }
 
@@ -200,7 +200,7 @@ impl AddrEvents {
         Ok(AddrEvents {
             socket,
             pending: VecDeque::new(),
-            buf: Vec::with_capacity(64 * 1024),
+            buf: Vec::with_capacity(socket::RECV_BUF_LEN),
         })
     }
 

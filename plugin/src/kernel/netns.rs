@@ -134,14 +134,19 @@ impl Netns {
         let id = self
             .id()
             .map_err(|e| Error::io("cannot identify the pod's network namespace", e))?;
+        self.enter()?;
+        ENTERED.with(|entered| entered.set(Some(id)));
+        Ok(())
+    }
+
+    /// setns(2) of the calling thread into this namespace.
+    fn enter(&self) -> Result<()> {
         setns(self.fd.as_fd(), CloneFlags::CLONE_NEWNET).map_err(|e| {
             Error::Netns(format!(
                 "cannot enter network namespace {}: {e}",
                 self.path.display()
             ))
-        })?;
-        ENTERED.with(|entered| entered.set(Some(id)));
-        Ok(())
+        })
     }
 
     /// Runs `f` on a fresh thread that has entered this namespace; the thread ends with `f`.
@@ -159,12 +164,7 @@ impl Netns {
             std::thread::Builder::new()
                 .name("netns".into())
                 .spawn_scoped(scope, || {
-                    setns(self.fd.as_fd(), CloneFlags::CLONE_NEWNET).map_err(|e| {
-                        Error::Netns(format!(
-                            "cannot enter network namespace {}: {e}",
-                            self.path.display()
-                        ))
-                    })?;
+                    self.enter()?;
                     Ok(f())
                 })
                 .map_err(|e| {

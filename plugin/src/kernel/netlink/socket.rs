@@ -57,7 +57,7 @@ pub(crate) fn malformed(what: &str) -> Failure {
 
 /// The kernel sizes a dump's datagrams after the reader's buffer, capped near 32 KiB, so
 /// 64 KiB always holds a whole one; MSG_TRUNC shows when it did not.
-const RECV_BUF_LEN: usize = 64 * 1024;
+pub(crate) const RECV_BUF_LEN: usize = 64 * 1024;
 
 thread_local! {
     /// Each thread's receive buffer, kept for its every exchange: a buffer per exchange is an
