@@ -219,7 +219,7 @@ impl Answer {
                         .map_err(|_| malformed("NLMSG_ERROR shorter than its errno"))?;
                     return match error.code() {
                         None => Ok(true),
-                        Some(code) if code.get() < 0 => Err(Failure::Kernel(-code.get())),
+                        Some(code) if code.get() < 0 => Err(kernel_errno(code.get())),
                         Some(_) => Err(malformed("NLMSG_ERROR with a positive errno")),
                     };
                 }
@@ -228,7 +228,7 @@ impl Answer {
                     return match payload.get(..4) {
                         Some(code) => {
                             match i32::from_ne_bytes([code[0], code[1], code[2], code[3]]) {
-                                code if code < 0 => Err(Failure::Kernel(-code)),
+                                code if code < 0 => Err(kernel_errno(code)),
                                 _ => Ok(true),
                             }
                         }
@@ -249,6 +249,15 @@ impl Answer {
             }
         }
         Ok(false)
+    }
+}
+
+/// The kernel's `-errno` as a failure with its errno. i32::MIN has no errno (and no negation:
+/// a debug build would panic on it, a release build wrap it; the fuzz smoke found it).
+fn kernel_errno(negative: i32) -> Failure {
+    match negative.checked_neg() {
+        Some(errno) => Failure::Kernel(errno),
+        None => malformed("an errno of i32::MIN"),
     }
 }
 
@@ -342,6 +351,19 @@ pub(crate) mod tests {
             answer(&message(REPLY + 1, 5, 0, &[0; 12])),
             Err(Failure::Io(_))
         ));
+    }
+
+    /// i32::MIN as the errno of NLMSG_ERROR or NLMSG_DONE: a malformed reply, not a panic.
+    #[test]
+    fn an_errno_without_a_negation_is_malformed() {
+        let mut min = i32::MIN.to_ne_bytes().to_vec();
+        min.extend_from_slice(&[0u8; 16]);
+        assert!(matches!(
+            answer(&message(NLMSG_ERROR, 5, 0, &min)),
+            Err(Failure::Io(_))
+        ));
+        let done = message(NLMSG_DONE, 5, NLM_F_MULTIPART, &i32::MIN.to_ne_bytes());
+        assert!(matches!(answer(&done), Err(Failure::Io(_))));
     }
 
     #[test]
