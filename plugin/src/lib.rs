@@ -51,6 +51,7 @@ pub(crate) mod tools {
     pub(crate) mod annotate;
     pub(crate) mod cli;
     pub(crate) mod diagnose;
+    pub(crate) mod fabric_check;
     pub(crate) mod install;
     pub(crate) mod kube;
     pub(crate) mod ready;
@@ -72,6 +73,7 @@ pub mod fuzzing {
 pub mod subcommand {
     pub use crate::tools::annotate::main as annotate;
     pub use crate::tools::diagnose::main as diagnose;
+    pub use crate::tools::fabric_check::main as fabric_check;
     pub use crate::tools::install::main as install;
     pub use crate::tools::install::uninstall_main as uninstall;
     pub use crate::tools::ready::main as ready;

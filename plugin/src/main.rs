@@ -12,6 +12,8 @@ By hand:
   roce-ipvlan env --exec -- CMD [ARGS...]           run CMD with those settings (no shell)
   roce-ipvlan diagnose [--netns PATH | --pid PID] [--json]
                                                     why a pod sees zero or unusable RoCE GIDs
+  roce-ipvlan fabric-check serve | PEER [--json]      which rails work between this pod and a
+                                                    peer pod on another node, and why not
   roce-ipvlan validate FILE...                      check NetworkAttachmentDefinitions or configs
   roce-ipvlan install [--to DIR] [--wait]           copy this binary into DIR (default
                                                     /host/opt/cni/bin) atomically (DaemonSet)
@@ -51,6 +53,7 @@ fn main() {
         Some("ready") => roce_ipvlan::subcommand::ready(rest),
         Some("diagnose") => roce_ipvlan::subcommand::diagnose(rest),
         Some("env") => roce_ipvlan::subcommand::env(rest),
+        Some("fabric-check") => roce_ipvlan::subcommand::fabric_check(rest),
         Some(other) => {
             eprintln!("roce-ipvlan: unknown command {other:?}\n\n{HELP}");
             2

@@ -24,6 +24,7 @@ use netlink_packet_route::link::{
     InfoData, InfoIpVlan, LinkAttribute, LinkExtentMask, LinkFlags, LinkHeader, LinkInfo,
     LinkMessage,
 };
+use netlink_packet_route::neighbour::{NeighbourHeader, NeighbourMessage, NeighbourState};
 use netlink_packet_route::route::{
     RouteAddress, RouteAttribute, RouteHeader, RouteMessage, RouteProtocol, RouteScope, RouteType,
 };
@@ -33,6 +34,22 @@ use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use self::socket::{malformed, Failure, Socket};
 use crate::kernel::netns::Netns;
 use crate::protocol::error::{Error, Result};
+
+/// Where the kernel sends a packet ([`RouteSocket::route_to`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteTo {
+    pub oif: u32,
+    pub gateway: Option<IpAddr>,
+}
+
+/// A neighbour table entry ([`RouteSocket::neighbour`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Neighbour {
+    /// The link-layer address; None while unresolved (incomplete, failed).
+    pub lladdr: Option<Vec<u8>>,
+    /// The NUD state, as `ip neigh` names it.
+    pub state: &'static str,
+}
 
 /// What the plugin needs to know about a link.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -525,6 +542,62 @@ impl RouteSocket {
             }))
     }
 
+    /// The kernel's route to `dst` for a packet from `src` (RTM_GETROUTE, as `ip route get DST
+    /// from SRC`: the policy rules for `src` apply): its output link and gateway. None when
+    /// the kernel has no route (ENETUNREACH, EHOSTUNREACH).
+    pub fn route_to(&self, dst: IpAddr, src: IpAddr) -> Result<Option<RouteTo>> {
+        let mut message = RouteMessage::default();
+        message.header.address_family = family_of(dst);
+        message.header.destination_prefix_length = full_prefix(dst);
+        message.header.source_prefix_length = full_prefix(src);
+        message
+            .attributes
+            .push(RouteAttribute::Destination(route_address(dst)));
+        message
+            .attributes
+            .push(RouteAttribute::Source(route_address(src)));
+        let what = || format!("cannot look up the route to {dst} from {src}");
+        match self
+            .socket
+            .get(RouteNetlinkMessage::GetRoute(message), libc::RTM_NEWROUTE)
+        {
+            Ok(reply) => {
+                let route = parse_route_reply(&reply).ok_or_else(|| {
+                    malformed("an RTM_GETROUTE answer without a route").into_error(what())
+                })?;
+                Ok(route.oif.map(|oif| RouteTo {
+                    oif,
+                    gateway: route.gateway,
+                }))
+            }
+            Err(Failure::Kernel(errno))
+                if errno == libc::ENETUNREACH || errno == libc::EHOSTUNREACH =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(e.into_error(what())),
+        }
+    }
+
+    /// The neighbour table entry for `addr` on link `index` (one RTM_GETNEIGH dump of its
+    /// family): the link-layer address it holds, if any, and its state. None without an entry.
+    pub fn neighbour(&self, index: u32, addr: IpAddr) -> Result<Option<Neighbour>> {
+        let request = || {
+            let mut message = NeighbourMessage::default();
+            message.header.family = family_of(addr);
+            RouteNetlinkMessage::GetNeighbour(message)
+        };
+        let replies = self
+            .socket
+            .dump(request, libc::RTM_NEWNEIGH)
+            .map_err(|e| e.into_error("cannot list the neighbour table".into()))?;
+        Ok(replies
+            .iter()
+            .filter_map(|p| parse_neighbour_reply(p))
+            .find(|(ifindex, dst, _)| *ifindex == index && *dst == addr)
+            .map(|(_, _, n)| n))
+    }
+
     /// The destinations of the routes of `family` in `table` (`0.0.0.0/0` or `::/0` for a
     /// default route).
     pub fn table_destinations(&self, table: u32, v6: bool) -> Result<Vec<IpNetwork>> {
@@ -850,6 +923,41 @@ fn parse_route_reply(payload: &[u8]) -> Option<Route> {
     }
     route.dst = IpNetwork::new(dst, header.destination_prefix_length).ok()?;
     Some(route)
+}
+
+/// A neighbour entry of an RTM_NEWNEIGH payload (`ndmsg`, then NDA_DST and NDA_LLADDR) as
+/// (link, destination, entry); None without a destination.
+fn parse_neighbour_reply(payload: &[u8]) -> Option<(u32, IpAddr, Neighbour)> {
+    let header = NeighbourHeader::parse(payload).ok()?;
+    let mut dst = None;
+    let mut lladdr = None;
+    // ndmsg: family, two pads, ifindex, state, flags, type: 12 bytes.
+    for nla in attributes(payload, 12) {
+        match nla.kind() {
+            libc::NDA_DST => dst = ip_of(header.family, nla.value()),
+            libc::NDA_LLADDR => lladdr = Some(nla.value().to_vec()),
+            _ => {}
+        }
+    }
+    let state = match header.state {
+        NeighbourState::Incomplete => "incomplete",
+        NeighbourState::Reachable => "reachable",
+        NeighbourState::Stale => "stale",
+        NeighbourState::Delay => "delay",
+        NeighbourState::Probe => "probe",
+        NeighbourState::Failed => "failed",
+        NeighbourState::Noarp => "noarp",
+        NeighbourState::Permanent => "permanent",
+        _ => "none",
+    };
+    Some((
+        header.ifindex,
+        dst?,
+        Neighbour {
+            lladdr: lladdr.filter(|l| !l.is_empty()),
+            state,
+        },
+    ))
 }
 
 /// The [`Link`] of an RTM_NEWLINK payload (`ifinfomsg`, then attributes), read lazily: the
