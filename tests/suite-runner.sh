@@ -5,14 +5,17 @@
 #   run_suite LABEL DIR CLEANUP [PATTERN...]
 # runs every test_* function of DIR/[0-9]*.sh, in file and definition order (cheap checks
 # first), whose name matches an ERE PATTERN (all without one) and that the caller's
-# `skip_test NAME [PATTERN...]` does not skip (status 0 skips). Each test runs in a subshell
-# with its file sourced, errexit on, and CLEANUP as its EXIT trap. Prints one line per test
-# (its output with VM_VERBOSE=1, the tail of it when it failed) and ends with "LABEL: N passed,
-# M failed". Returns non-zero when a test failed or none ran.
+# `skip_test NAME [PATTERN...]` does not skip (status 0 skips; what it prints is the reason).
+# Each test runs in a subshell with its file sourced, errexit on, and CLEANUP as its EXIT trap.
+# Prints one line per test (SKIP with its reason for a skipped one; its output with
+# VM_VERBOSE=1, the tail of it when it failed) and ends with "LABEL: N passed, M failed, K
+# skipped". Returns non-zero when a test failed or none ran, and, when SUITE_EXPECT is set (make
+# test sets it for each tier), when fewer than SUITE_EXPECT tests ran: a kernel or package
+# change that makes tests skip must not shrink a tier silently.
 run_suite() {
 	local label=$1 dir=$2 cleanup=$3
 	shift 3
-	local passed=0 failed=0 failures=() file t p match log start rc tests
+	local passed=0 failed=0 skipped=0 failures=() file t p match log start rc tests why
 	for file in "$dir"/[0-9]*.sh; do
 		mapfile -t tests < <(grep -oE '^test_[a-z0-9_]+' "$file")
 		for t in "${tests[@]}"; do
@@ -21,7 +24,11 @@ run_suite() {
 				for p in "$@"; do [[ $t =~ $p ]] && match=1; done
 				((match)) || continue
 			fi
-			skip_test "$t" "$@" && continue
+			if why=$(skip_test "$t" "$@"); then
+				skipped=$((skipped + 1))
+				printf 'SKIP  %-55s %s\n' "$t" "${why:-not for this VM}"
+				continue
+			fi
 			log=$(mktemp)
 			start=$SECONDS
 			set +e
@@ -50,6 +57,10 @@ run_suite() {
 		done
 	done
 	((failed == 0)) || printf 'failed: %s\n' "${failures[*]}"
-	echo "$label: $passed passed, $failed failed"
+	echo "$label: $passed passed, $failed failed, $skipped skipped"
+	if [[ -n ${SUITE_EXPECT:-} ]] && ((passed + failed < SUITE_EXPECT)); then
+		echo "$label: only $((passed + failed)) tests ran, $SUITE_EXPECT expected (SUITE_EXPECT): see the SKIP lines"
+		return 1
+	fi
 	((passed > 0 && failed == 0))
 }
