@@ -17,4 +17,6 @@ mount --bind "$ROCE_MODROOT/lib/modules/$ROCE_KVER" "/lib/modules/$ROCE_KVER"
 # shellcheck source=tests/vm/lib.sh
 source "$ROCE_REPO/tests/vm/lib.sh"
 vm_setup
+# From here on a kernel panic is not an early-boot one: run.sh does not boot again.
+: >/run/vmshare/started
 exec "$@"

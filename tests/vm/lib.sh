@@ -8,8 +8,9 @@
 #   cnidriver ...       the libcni driver (tests/cnidriver), on PATH; CNI_PATH already set
 
 # Rail names in NIC order; run.sh passes the same lists it used to create the NICs.
-VM_RAILS=${VM_RAILS:-rdma0 rdma1 rdma2 rdma3 ens1f0np0}
-VM_BARE_NICS=${VM_BARE_NICS:-ens2f0np0}
+VM_RAILS=${VM_RAILS-rdma0 rdma1 rdma2 rdma3 ens1f0np0}
+VM_BARE_NICS=${VM_BARE_NICS-ens2f0np0}
+VM_MAC_BASE=${VM_MAC_BASE:-52:54:00:0a:00}
 export CNI_BIN_DIR=/run/cni/bin CNI_PATH=/run/cni/bin
 
 vm_modules() {
@@ -33,7 +34,7 @@ vm_check_rdma_view() {
 }
 
 vm_nic_by_index() { # print the netdev whose MAC says "NIC number $1" (see run.sh)
-	vm_nic_by_mac "$(printf '52:54:00:0a:00:%02x' "$1")"
+	vm_nic_by_mac "$(printf '%s:%02x' "$VM_MAC_BASE" "$1")"
 }
 
 vm_nic_by_mac() {

@@ -18,7 +18,20 @@
 #                    built and cached by ofed/build.sh (docs/testing.md, "The OFED view")
 #   VM_KEEP_PATHS    host folders under /tmp, /var/tmp or /run that the command needs (the VM
 #                    mounts fresh tmpfs there and binds back only the paths it is told about)
+# For a VM that is one host of several (tests/fabric/run.sh sets these):
+#   VM_NAME          a name for this run's messages (default: none)
+#   VM_MAC_BASE      the first five bytes of the NICs' MACs (default 52:54:00:0a:00); NIC i
+#                    gets VM_MAC_BASE:i, and lib.sh names it by that
+#   VM_NETDEVS       one QEMU -netdev backend per NIC (rails, then bare NICs), space-separated,
+#                    e.g. "socket,udp=127.0.0.1:P,localaddr=127.0.0.1:Q ...", instead of a hub
+#                    each; needs VM_PEERS=0
+#   VM_FABRIC_SHARE  a host folder the VM mounts writable at /run/fabric (shared between hosts)
+#   VM_RXE           nic: an rdma_rxe that receives for the GIDs of upper devices in other
+#                    namespaces, as a NIC port does (ofed/rxe-nic-receive.patch; 7.x kernels).
+#                    With VM_RDMA=ofed the OFED-view tree gets it (ofed/build.sh --rxe-nic), with
+#                    upstream rdma_rxe alone is rebuilt with it. The fabric's hosts run it
 #   CONC_PODS, CONC_ROUNDS  the size of 80-concurrency.sh (32 pods, 2 rounds), passed into the VM
+#   SUITE_EXPECT     the fewest tests the suite in the VM must run (tests/suite-runner.sh)
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -30,8 +43,9 @@ if [[ ${1:-} == --interactive ]]; then interactive=1; shift; fi
 
 # Rail names are realistic on purpose: four rdmaN rails plus one named like a ConnectX port, so
 # nothing in the plugin may assume the rdmaN pattern. The bare NIC has no rxe device (error 104).
-rails=${VM_RAILS:-rdma0 rdma1 rdma2 rdma3 ens1f0np0}
-bare=${VM_BARE_NICS:-ens2f0np0}
+rails=${VM_RAILS-rdma0 rdma1 rdma2 rdma3 ens1f0np0}
+bare=${VM_BARE_NICS-ens2f0np0}
+mac_base=${VM_MAC_BASE:-52:54:00:0a:00}
 read -r -a rail_list <<<"$rails"
 peers=${VM_PEERS:-${#rail_list[@]}}
 plugin=${ROCE_IPVLAN_BIN:-$repo/target/debug/roce-ipvlan}
@@ -42,9 +56,16 @@ kver=$(cat "$kdir/version")
 # The module tree the VM uses: the kernel's own, or a copy with the OFED-view RDMA core in it.
 rdma=${VM_RDMA:-upstream}
 case $rdma in
-upstream) mroot=$kdir ;;
-ofed) mroot=$("$here/ofed/build.sh" "$kdir") ;;
-*) echo "run.sh: VM_RDMA must be 'upstream' or 'ofed', not '$rdma'" >&2; exit 2 ;;
+upstream)
+	mroot=$kdir
+	[[ ${VM_RXE:-} != nic ]] || mroot=$("$here/ofed/build.sh" --upstream-core "$kdir")
+	;;
+ofed)
+	rxe_nic=()
+	[[ ${VM_RXE:-} != nic ]] || rxe_nic=(--rxe-nic)
+	mroot=$("$here/ofed/build.sh" "${rxe_nic[@]}" "$kdir")
+	;;
+*) echo "run.sh${VM_NAME:+[$VM_NAME]}: VM_RDMA must be 'upstream' or 'ofed', not '$rdma'" >&2; exit 2 ;;
 esac
 cnidriver=$("$repo/tests/cnidriver/build.sh")
 
@@ -72,7 +93,7 @@ mdir=$mroot/lib/modules/$kver
 for want in virtio_pci 9pnet_virtio 9p overlay; do
 	line=$(grep -E "/$want\.ko(\.[a-z]+)?:" "$mdir/modules.dep") || {
 		grep -qE "/$want\.ko" "$mdir/modules.builtin" && continue # built in: nothing to load
-		echo "run.sh: module $want not found in $mdir" >&2
+		echo "run.sh${VM_NAME:+[$VM_NAME]}: module $want not found in $mdir" >&2
 		exit 1
 	}
 	# modules.dep lists the full dependency closure; load it right to left, then the module.
@@ -99,8 +120,9 @@ done
 	echo "export ROCE_REPO=$(printf %q "$repo") ROCE_MODROOT=$(printf %q "$mroot") ROCE_KVER=$kver VM_RDMA=$rdma"
 	echo "export ROCE_IPVLAN_BIN=$(printf %q "$plugin") CNIDRIVER=$(printf %q "$cnidriver")"
 	echo "export VM_RAILS=$(printf %q "$rails") VM_BARE_NICS=$(printf %q "$bare") VM_VERBOSE=$(printf %q "${VM_VERBOSE:-}") VM_PEERS=$peers"
+	echo "export VM_MAC_BASE=$mac_base VM_NAME=$(printf %q "${VM_NAME:-}")"
 	# The concurrency suite's size, when set by hand (80-concurrency.sh).
-	for v in CONC_PODS CONC_ROUNDS; do [[ -n ${!v:-} ]] && echo "export $v=$(printf %q "${!v}")"; done
+	for v in CONC_PODS CONC_ROUNDS SUITE_EXPECT; do [[ -n ${!v:-} ]] && echo "export $v=$(printf %q "${!v}")"; done
 	printf 'cd %q\n' "$repo"
 	printf 'exec bash %q' "$here/guest.sh"
 	printf ' %q' "$@"
@@ -116,15 +138,27 @@ done
 for p in "$repo" "$kdir" "$mroot" "$(dirname "$plugin")" "$(dirname "$cnidriver")" ${VM_KEEP_PATHS:-}; do
 	case $p in /tmp/* | /var/tmp/* | /run/*) echo "$p" ;; esac
 done >"$share/keep-paths"
+# Writable shares besides /run/vmshare, as "TAG MOUNTPOINT" lines for /init.
+shares=()
+if [[ -n ${VM_FABRIC_SHARE:-} ]]; then
+	echo "fabric /run/fabric" >"$share/extra-shares"
+	shares=(-virtfs "local,path=$VM_FABRIC_SHARE,mount_tag=fabric,security_model=none,multidevs=remap")
+fi
 
 # --- QEMU: one virtio-net NIC per rail, each on its own hub (= its own L2 segment). ---
 # lib.sh finds NIC number i by this MAC scheme to give it its rail name. romfile= drops the
 # iPXE option ROM: nothing network-boots, and under TCG it costs boot time.
+read -r -a netdevs <<<"${VM_NETDEVS:-}"
 nics=()
 i=0
 for _ in $rails $bare; do
-	mac=$(printf '52:54:00:0a:00:%02x' "$i")
-	nics+=(-netdev "hubport,id=n$i,hubid=$i" -device "virtio-net-pci,netdev=n$i,mac=$mac,romfile=")
+	mac=$(printf '%s:%02x' "$mac_base" "$i")
+	backend="hubport,id=n$i,hubid=$i"
+	if ((${#netdevs[@]})); then
+		[[ -n ${netdevs[i]:-} ]] || { echo "run.sh${VM_NAME:+[$VM_NAME]}: VM_NETDEVS names no backend for NIC $i" >&2; exit 2; }
+		backend="${netdevs[i]},id=n$i"
+	fi
+	nics+=(-netdev "$backend" -device "virtio-net-pci,netdev=n$i,mac=$mac,romfile=")
 	i=$((i + 1))
 done
 # A second NIC on each rail's hub: the other end of the rail's L2 segment (a rail router with
@@ -145,12 +179,13 @@ else
 	console=(-display none -serial "file:$work/console.log" -monitor none)
 fi
 
-# A kernel panic (not a test failure: the guest never wrote an exit code and the console says
-# "Kernel panic") gets one more boot of the whole command. The 7.x kernel under TCG panics now
-# and then: in early boot (int3 in sched_clock_cpu), and once in ipvlan's multicast work during
-# the IPv6 traffic tests (docs/testing.md). A second panic fails the run.
+# A kernel panic before the command started (early boot: the guest never reached guest.sh's
+# "started" mark) gets one more boot: the 7.x kernel under TCG panics there now and then (int3
+# in sched_clock_cpu), and nothing has run yet, so the second boot repeats nothing. A panic
+# after the command started is a failure like any other, with its trace: a retry would hide a
+# kernel bug the tests hit and, on the fabric, rerun a script against hosts it already changed.
 for attempt in 1 2; do
-rm -f "$share/exit-code" "$share/output.log" "$work/console.log"
+rm -f "$share/exit-code" "$share/output.log" "$share/started" "$work/console.log"
 start=$(date +%s)
 set +e
 if ((!interactive)); then
@@ -164,7 +199,7 @@ timeout -k 10 "${VM_TIMEOUT:-1200}" qemu-system-x86_64 \
 	-kernel "$kdir/vmlinux" -initrd "$work/initramfs.cpio" -append "$append" \
 	-virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap \
 	-virtfs "local,path=$share,mount_tag=vmshare,security_model=none,multidevs=remap" \
-	"${nics[@]}" 2> >(grep -v 'is not connected to host network' >&2)
+	"${shares[@]}" "${nics[@]}" 2> >(grep -v 'is not connected to host network' >&2)
 qemu_rc=$?
 set -e
 sleep 0.3 # let tail print the last lines
@@ -175,19 +210,24 @@ if [[ -n ${tailpid:-} ]]; then
 fi
 
 secs=$(($(date +%s) - start))
-if ((!interactive && attempt == 1)) && [[ ! -s $share/exit-code ]] &&
-	grep -q 'Kernel panic' "$work/console.log" 2>/dev/null; then
-	echo "run.sh: the guest kernel panicked after ${secs}s; booting once more. Its last lines:" >&2
-	grep -A3 -B12 'Kernel panic' "$work/console.log" | tail -n 16 >&2
-	continue
+if ((!interactive)) && [[ ! -s $share/exit-code ]] && grep -q 'Kernel panic' "$work/console.log" 2>/dev/null; then
+	if ((attempt == 1)) && [[ ! -e $share/started ]]; then
+		echo "run.sh${VM_NAME:+[$VM_NAME]}: the guest kernel panicked in early boot after ${secs}s (before the command started); booting once more. Its last lines:" >&2
+		grep -B12 'Kernel panic' "$work/console.log" | tail -n 16 >&2
+		continue
+	fi
+	echo "run.sh${VM_NAME:+[$VM_NAME]}: the guest kernel panicked after ${secs}s$([[ -e $share/started ]] && echo ", while the command ran"); not retried. The trace:" >&2
+	awk '/(BUG:|Oops|general protection|WARNING:|Call Trace|RIP:)/ && !seen {seen = 1} seen' "$work/console.log" |
+		grep -B80 -m1 'Kernel panic' | tail -n 80 >&2
+	exit 1
 fi
 break
 done
 if [[ ! -s $share/exit-code ]]; then
-	echo "run.sh: the VM produced no exit code (qemu exit $qemu_rc after ${secs}s; 124 = timeout)" >&2
+	echo "run.sh${VM_NAME:+[$VM_NAME]}: the VM produced no exit code (qemu exit $qemu_rc after ${secs}s; 124 = timeout)" >&2
 	[[ -f $work/console.log ]] && { echo "--- last console lines ---" >&2; tail -n 40 "$work/console.log" >&2; }
 	exit 1
 fi
 rc=$(cat "$share/exit-code")
-echo "run.sh: VM finished in ${secs}s, exit code $rc" >&2
+echo "run.sh${VM_NAME:+[$VM_NAME]}: VM finished in ${secs}s, exit code $rc" >&2
 exit "$rc"

@@ -3,8 +3,12 @@
 # module tree (<root>/lib/modules/<ver>/) that run.sh uses in place of the kernel's own when
 # VM_RDMA=ofed (docs/testing.md, "The OFED view").
 #
-#   tests/vm/ofed/build.sh [KDIR]    KDIR: a directory printed by tests/vm/kernel.sh (default:
-#                                    whatever kernel.sh prints for VM_KERNEL)
+#   tests/vm/ofed/build.sh [--rxe-nic | --upstream-core] [KDIR]
+#                        KDIR: a directory printed by tests/vm/kernel.sh (default: whatever
+#                        kernel.sh prints for VM_KERNEL); --rxe-nic: rdma_rxe with
+#                        rxe-nic-receive.patch (the fabric's hosts; 7.x only); --upstream-core:
+#                        leave the kernel's own RDMA core alone and rebuild only rdma_rxe, with
+#                        that patch (VM_RDMA=upstream on the fabric)
 #
 # From Debian's own packages only: linux-source-<series> (the sources) and
 # linux-headers-<abi> (the kbuild tree of the image kernel.sh fetched). VM_KERNEL=backports:
@@ -13,19 +17,31 @@
 # compiler, which is gcc-12 where the kernel's was gcc-14 (see trixie_kbuild). The RDMA core
 # (drivers/infiniband/core: ib_core, ib_uverbs, ib_cm, iw_cm, rdma_cm, rdma_ucm, ib_umad) gets
 # ib_core-gid-netns-check.patch, the GID namespace check of DOCA-OFED's ib_core, and is built out
-# of tree; rdma_rxe (drivers/infiniband/sw/rxe) is rebuilt against the new core's symbols. The
-# result is cached under ~/.cache/roce-ipvlan/ofed/<ver>-<hash of patch and this script>/: the
+# of tree; rdma_rxe (drivers/infiniband/sw/rxe) is rebuilt against the new core's symbols, and
+# with --rxe-nic also patched with rxe-nic-receive.patch (7.x, whose sources have rxe_ns.c:
+# Soft-RoCE receives for the GIDs of upper devices in other namespaces, as a NIC port does). The
+# fabric's hosts need it, and only they get it: the one-node Kubernetes VM (2 vCPUs) stalled
+# twice with it (an RCU stall, then no progress) and never without. The result is cached under
+# ~/.cache/roce-ipvlan/ofed/<ver>-<hash of patches and this script>[-rxenic]/: the
 # kernel's module tree hard-linked, the eight modules replaced, depmod run. A second call prints
 # the cached tree at once.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 cache=${ROCE_VM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/roce-ipvlan}
+core_view=ofed rxe_nic=0
+case ${1:-} in
+--upstream-core) core_view=upstream rxe_nic=1 && shift ;;
+--rxe-nic) rxe_nic=1 && shift ;;
+esac
 kdir=${1:-$("$here/../kernel.sh")}
 ver=$(cat "$kdir/version")
 patch=$here/ib_core-gid-netns-check.patch
-hash=$(cat "$patch" "$0" | sha256sum | cut -c1-12)
+rxe_patch=$here/rxe-nic-receive.patch
+hash=$(cat "$patch" "$rxe_patch" "$0" | sha256sum | cut -c1-12)
 out=$cache/ofed/$ver-$hash
+((!rxe_nic)) || out+=-rxenic
+[[ $core_view == ofed ]] || out=$cache/rxe/$ver-$hash
 if [[ -f $out/done ]]; then
 	echo "$out"
 	exit 0
@@ -131,13 +147,24 @@ else
 	install_bookworm
 fi
 
-echo "ofed/build.sh: building the OFED-view RDMA core for $ver (linux-source-$series $hver)" >&2
 tar -xJf "$source_tar" -C "$src" --strip-components=1 \
 	"linux-source-$series/drivers/infiniband/core" "linux-source-$series/drivers/infiniband/sw/rxe"
-patch -d "$src" -p1 --quiet --forward <"$patch"
-
 core=$src/drivers/infiniband/core
 rxe=$src/drivers/infiniband/sw/rxe
+if [[ $core_view == ofed ]]; then
+	echo "ofed/build.sh: building the OFED-view RDMA core for $ver (linux-source-$series $hver)" >&2
+	patch -d "$src" -p1 --quiet --forward <"$patch"
+else
+	echo "ofed/build.sh: building rdma_rxe for $ver's own RDMA core (linux-source-$series $hver)" >&2
+fi
+rxe_patched=no
+if ((rxe_nic)) && [[ -f $rxe/rxe_ns.c ]]; then
+	patch -d "$src" -p1 --quiet --forward <"$rxe_patch"
+	rxe_patched=yes
+elif ((rxe_nic)); then
+	echo "ofed/build.sh: $ver's rdma_rxe has no rxe_ns.c: rxe-nic-receive.patch is for 7.x (VM_KERNEL=backports)" >&2
+	exit 1
+fi
 # In the kernel tree, cm_trace.h names its directory relative to include/trace/ (where
 # define_trace.h includes it from); that path does not exist next to the headers package.
 sed -i "s|^#define TRACE_INCLUDE_PATH \.\./\.\./drivers/infiniband/core$|#define TRACE_INCLUDE_PATH $core|" \
@@ -146,8 +173,12 @@ sed -i "s|^#define TRACE_INCLUDE_PATH \.\./\.\./drivers/infiniband/core$|#define
 jobs=$(nproc)
 # The headers ship no vmlinux, so kbuild skips the modules' BTF (and says so for each one).
 quiet() { { grep -v '^Skipping BTF generation' || true; } >&2; }
-make -s -C "$headers" M="$core" -j"$jobs" "${make_vars[@]}" modules 2>&1 | quiet
-make -s -C "$headers" M="$rxe" -j"$jobs" "${make_vars[@]}" KBUILD_EXTRA_SYMBOLS="$core/Module.symvers" modules 2>&1 | quiet
+rxe_symbols=()
+if [[ $core_view == ofed ]]; then
+	make -s -C "$headers" M="$core" -j"$jobs" "${make_vars[@]}" modules 2>&1 | quiet
+	rxe_symbols=(KBUILD_EXTRA_SYMBOLS="$core/Module.symvers")
+fi
+make -s -C "$headers" M="$rxe" -j"$jobs" "${make_vars[@]}" "${rxe_symbols[@]}" modules 2>&1 | quiet
 
 # The kernel's module tree, hard-linked (cheap, and the kernel cache stays untouched: every file
 # replaced here is unlinked first, never written through the link).
@@ -156,8 +187,11 @@ mkdir -p "$tmp/out/lib/modules"
 cp -al "$kdir/lib/modules/$ver" "$tree" 2>/dev/null || cp -a "$kdir/lib/modules/$ver" "$tree"
 rm -f "$tree"/modules.*.bin "$tree"/modules.{dep,alias,symbols,softdep,devname}
 # Every module of drivers/infiniband/core (7.x adds ib_uverbs_support) and rdma_rxe.
-[[ -f $core/ib_core.ko && -f $rxe/rdma_rxe.ko ]] || { echo "ofed/build.sh: the build made no ib_core.ko or rdma_rxe.ko" >&2; exit 1; }
-for built in "$core"/*.ko "$rxe"/*.ko; do
+built_mods=("$rxe"/*.ko)
+[[ $core_view == upstream ]] || built_mods+=("$core"/*.ko)
+[[ -f $rxe/rdma_rxe.ko && ($core_view == upstream || -f $core/ib_core.ko) ]] ||
+	{ echo "ofed/build.sh: the build made no ib_core.ko or rdma_rxe.ko" >&2; exit 1; }
+for built in "${built_mods[@]}"; do
 	m=$(basename "$built" .ko)
 	stock=$(find "$tree/kernel/drivers/infiniband" -name "$m.ko*" | head -n1)
 	[[ -n $stock ]] || { echo "ofed/build.sh: $ver has no stock $m module to replace" >&2; exit 1; }
@@ -169,10 +203,13 @@ depmod -b "$tmp/out" "$ver"
 {
 	echo "kernel $ver"
 	echo "linux-source-$series $hver"
-	echo "patch $(sha256sum <"$patch" | cut -d' ' -f1)"
+	echo "RDMA core: $core_view"
+	[[ $core_view == upstream ]] || echo "patch $(sha256sum <"$patch" | cut -d' ' -f1)"
+	echo "rxe-nic-receive.patch: $rxe_patched"
 	echo "built in $((SECONDS - start)) s on $jobs CPUs"
 } >"$tmp/out/done"
 echo "ofed/build.sh: built in $((SECONDS - start)) s" >&2
 rm -rf "$out"
+mkdir -p "$(dirname "$out")" # cache/rxe/ for --upstream-core: the first such tree on a machine
 mv "$tmp/out" "$out"
 echo "$out"
