@@ -51,6 +51,23 @@ rail_nad() {
 		  ipam: {type: "host-local", ranges: [[{subnet: $subnet}]]}} + $extra')"
 }
 
+# probe_ipam [HOLD_SECONDS [once | until FILE]]: install tests/k8s/suite/probe-ipam as
+# /opt/cni/bin/probe-ipam (host-local that records each ADD and may hold it; its header) with an
+# empty record, and print the EXTRA_JSON for rail_nad that uses it, with time limits that let
+# ADD wait for it. cleanup_k8s removes it.
+probe_ipam() {
+	rm -rf /run/k8s-test
+	mkdir -p /run/k8s-test
+	: >/run/k8s-test/adds
+	[[ -z ${1:-} ]] || echo "$1" >/run/k8s-test/hold
+	[[ ${2:-} != once ]] || touch /run/k8s-test/hold-once
+	[[ ${2:-} != until ]] || echo "$3" >/run/k8s-test/hold-until
+	install -m 0755 "$(dirname "${BASH_SOURCE[0]}")/probe-ipam" /opt/cni/bin/probe-ipam
+	jq -cn --arg subnet "${RAIL_SUBNET:-$RAIL_NET.0.0/16}" \
+		'{ipam: {type: "probe-ipam", ranges: [[{subnet: $subnet}]]}, timeouts: {totalMs: 120000, ipamMs: 110000}}'
+}
+probe_ipam_remove() { rm -rf /opt/cni/bin/probe-ipam /opt/cni/bin/roce-ipvlan-before-rollout /run/k8s-test; }
+
 # networks_on_rails NAD RAIL...: the pod annotation attaching NAD once per rail (net1, net2, ...)
 networks_on_rails() {
 	local nad=$1 i=1 r out=()
@@ -139,4 +156,5 @@ children_count() { # ipvlan children in any netns of the node
 cleanup_k8s() { # delete what a test made in default (pods first: their DEL needs the NADs)
 	kubectl delete pods --all -n default --grace-period=1 --wait=true --timeout=120s >/dev/null 2>&1 || true
 	kubectl delete net-attach-def --all -n default >/dev/null 2>&1 || true
+	probe_ipam_remove # after the pods: their DELs call it
 }
