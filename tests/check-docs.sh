@@ -10,7 +10,11 @@
 #      right before it, and must fail;
 #   3. every `docs/<page>.md#<anchor>` (or `<page>.md#<anchor>`) named in the manifests, the
 #      chart, the examples, the Makefile, the sources and the scripts names a heading that
-#      exists (a renamed section otherwise leaves comments pointing nowhere).
+#      exists (a renamed section otherwise leaves comments pointing nowhere);
+#   4. figures and codes the docs quote that the code or the Makefile defines: the error-code
+#      tables against error.rs (and the code of the exclusive netns mode refusal), the ifalias
+#      keys ADD writes against contract.md, make fuzz's duration, the concurrency test's size,
+#      every example naming the image listed in examples/kustomization.yaml, and the static binary's size (when built) within 5 % of deploy.md's figure.
 #   tests/check-docs.sh      Environment: ROCE_IPVLAN_BIN (default target/debug/roce-ipvlan).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -102,7 +106,82 @@ for path in others:
             print(f"ERROR {path}: {page}#{fragment}: {dest} does not exist"); bad += 1
         elif fragment not in anchors(dest):
             print(f"ERROR {path}: {page}#{fragment}: {dest} has no heading #{fragment}"); bad += 1
+
+# Figures and codes the docs quote that the code or the Makefile defines.
+facts = 0
+def fact(ok, what):
+    global bad, facts
+    facts += 1
+    if not ok:
+        print(f"ERROR {what}"); bad += 1
+
+def read(path):
+    return open(path).read()
+
+# Error codes: code() in error.rs assigns every one; configuration.md's table lists exactly
+# those (and 999, a panic); contract.md's table none other.
+err_rs = read("plugin/src/protocol/error.rs")
+variant_code = dict(re.findall(r"Error::(\w+)(?: \{ \.\. \}|\(_\))? => (\d+),", err_rs))
+codes = set(variant_code.values()) | {"999"}
+def table_codes(path, heading):
+    text = read(path)
+    i = text.find(heading)
+    j = text.find("\n## ", i + 1)
+    return dict(re.findall(r"^\| (\d+) \| (.*)$", text[i:j if j > 0 else None], re.M))
+conf_codes = table_codes("docs/configuration.md", "| code |")
+fact(set(conf_codes) == codes, f"docs/configuration.md's error table lists codes {sorted(conf_codes, key=int)}, "
+     f"plugin/src/protocol/error.rs assigns {sorted(codes, key=int)}")
+contract_codes = table_codes("docs/contract.md", "## Error codes")
+fact(set(contract_codes) <= codes, f"docs/contract.md's error table lists codes {sorted(set(contract_codes) - codes)} that error.rs never assigns")
+# The refusal of exclusive RDMA netns mode: its variant in add.rs gives the code whose row says so.
+add_rs = read("plugin/src/commands/add.rs")
+m = re.search(r"Exclusive\) => Err\(Error::(\w+)\(", add_rs)
+fact(m is not None, "plugin/src/commands/add.rs: no Error for NetnsMode::Exclusive found")
+if m:
+    c = variant_code.get(m.group(1), "?")
+    fact("exclusive netns mode" in conf_codes.get(c, ""),
+         f"docs/configuration.md: the row of code {c} (Error::{m.group(1)}, ADD's answer to exclusive RDMA netns mode) does not say 'exclusive netns mode'")
+    for other, row in conf_codes.items():
+        fact(other == c or not re.search(r"(?<!is refused before, with \d{3}\) )exclusive (RDMA )?netns mode", row) or "refused before" in row,
+             f"docs/configuration.md: code {other}'s row names exclusive netns mode as its cause; ADD answers it with {c}")
+# The ifalias: every key ADD writes is in contract.md.
+keys = re.findall(r"(\w+)=\{\}", re.search(r'"(rdma_dev=[^"]*)"', read("plugin/src/protocol/cni.rs")).group(1))
+keys.append(re.search(r'ATTACHMENT_KEY: &str = "(\w+)"', read("plugin/src/attach/ipvlan.rs")).group(1))
+contract = read("docs/contract.md")
+for k in keys:
+    fact(f"{k}=" in contract, f"docs/contract.md does not name the ifalias key {k}= that ADD writes")
+# make fuzz's total time.
+mk = read("Makefile")
+targets = re.search(r"^FUZZ_TARGETS \?= (.*)$", mk, re.M).group(1).split()
+secs = int(re.search(r"^FUZZ_SECONDS \?= (\d+)", mk, re.M).group(1))
+m = re.search(r"make fuzz +# each target FUZZ_SECONDS \(default (\d+)\) in turn: (\d+) min", read("docs/fuzzing.md"))
+fact(m is not None and int(m.group(1)) == secs and int(m.group(2)) == len(targets) * secs // 60,
+     f"docs/fuzzing.md: `make fuzz` takes {len(targets)} targets x {secs} s = {len(targets) * secs // 60} min, "
+     f"the page says {m.group(2) + ' min' if m else 'nothing parsable'}")
+# The concurrency test's size: its default and make test's.
+conc_default = re.search(r"CONC_PODS=\$\{CONC_PODS:-(\d+)\}", read("tests/vm/suite/80-concurrency.sh")).group(1)
+conc_test = re.search(r"CONC_PODS=\$\$\{CONC_PODS:-(\d+)\}", mk).group(1)
+m = re.search(r"`CONC_PODS` pods \((\d+) by default, (\d+) in `make test`\)", read("docs/testing.md"))
+fact(m is not None and m.groups() == (conc_default, conc_test),
+     f"docs/testing.md: the concurrency test runs CONC_PODS pods, {conc_default} by default and {conc_test} in make test; "
+     f"the page says {m.groups() if m else 'nothing parsable'}")
+# README: the examples' image is set once, in examples/kustomization.yaml; so every example that
+# names the image is one of its resources.
+kust = read("examples/kustomization.yaml")
+for ex in sorted(os.listdir("examples")):
+    if ex.endswith(".yaml") and ex != "kustomization.yaml" and "ghcr.io/roce-ipvlan/roce-ipvlan" in read(f"examples/{ex}"):
+        fact(re.search(rf"^  - {re.escape(ex)}$", kust, re.M) is not None,
+             f"examples/{ex} names the plugin's image but is not a resource of examples/kustomization.yaml, whose images: entry sets it")
+# The shipped binary's size, when it has been built (make static): within 5 % of the figure.
+static = "target/x86_64-unknown-linux-musl/release/roce-ipvlan"
+m = re.search(r"about [\d.]+ MB\s+\(([\d ]+) bytes", read("docs/deploy.md"))
+fact(m is not None, "docs/deploy.md: no 'about N MB (N bytes' figure for the static binary")
+if m and os.path.exists(static):
+    quoted, size = int(m.group(1).replace(" ", "")), os.path.getsize(static)
+    fact(abs(quoted - size) <= size * 0.05,
+         f"docs/deploy.md quotes {quoted} bytes for the static binary; {static} has {size}")
+
 print(f"check-docs: {checked_links} relative links, {checked_blocks} configuration blocks, "
-      f"{checked_refs} section references from outside docs/ checked")
+      f"{checked_refs} section references from outside docs/, {facts} quoted figures and codes checked")
 sys.exit(1 if bad else 0)
 PY
