@@ -134,10 +134,11 @@ vm-rust: deps
 	CARGO='$(CARGO)' tests/vm/rust.sh
 
 # 80-concurrency.sh alone takes about 15 min under TCG (docs/failure-modes.md#concurrency), so
-# the suite's VM gets more than run.sh's default 1200 s.
+# the suite's VMs get more than run.sh's default 1200 s. Two VMs at once, a shard of the suite's
+# files each (tests/vm/shards.sh, VM_SHARDS): a TCG guest keeps about one of the 2 cores busy.
 VM_SUITE_TIMEOUT ?= 3600
 vm-suite:
-	VM_TIMEOUT=$${VM_TIMEOUT:-$(VM_SUITE_TIMEOUT)} tests/vm/run.sh tests/vm/suite/run.sh
+	VM_TIMEOUT=$${VM_TIMEOUT:-$(VM_SUITE_TIMEOUT)} tests/vm/shards.sh
 
 # Sequential on purpose (also under make -j): cheap checks first, the VM last.
 test:

@@ -11,12 +11,14 @@
 # VM_VERBOSE=1, the tail of it when it failed) and ends with "LABEL: N passed, M failed, K
 # skipped". Returns non-zero when a test failed or none ran, and, when SUITE_EXPECT is set (make
 # test sets it for each tier), when fewer than SUITE_EXPECT tests ran: a kernel or package
-# change that makes tests skip must not shrink a tier silently.
+# change that makes tests skip must not shrink a tier silently. SUITE_FILES, an ERE, keeps only
+# the files whose name matches it (e.g. '^[0-2]'): a shard of the suite (tests/vm/shards.sh).
 run_suite() {
 	local label=$1 dir=$2 cleanup=$3
 	shift 3
 	local passed=0 failed=0 skipped=0 failures=() file t p match log start rc tests why
 	for file in "$dir"/[0-9]*.sh; do
+		[[ -z ${SUITE_FILES:-} || ${file##*/} =~ $SUITE_FILES ]] || continue
 		mapfile -t tests < <(grep -oE '^test_[a-z0-9_]+' "$file")
 		for t in "${tests[@]}"; do
 			if (($# > 0)); then

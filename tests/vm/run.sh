@@ -32,6 +32,7 @@
 #                    upstream rdma_rxe alone is rebuilt with it. The fabric's hosts run it
 #   CONC_PODS, CONC_ROUNDS  the size of 80-concurrency.sh (32 pods, 2 rounds), passed into the VM
 #   SUITE_EXPECT     the fewest tests the suite in the VM must run (tests/suite-runner.sh)
+#   SUITE_FILES      an ERE: the suite runs only its files whose name matches (a shard)
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -122,7 +123,7 @@ done
 	echo "export VM_RAILS=$(printf %q "$rails") VM_BARE_NICS=$(printf %q "$bare") VM_VERBOSE=$(printf %q "${VM_VERBOSE:-}") VM_PEERS=$peers"
 	echo "export VM_MAC_BASE=$mac_base VM_NAME=$(printf %q "${VM_NAME:-}")"
 	# The concurrency suite's size, when set by hand (80-concurrency.sh).
-	for v in CONC_PODS CONC_ROUNDS SUITE_EXPECT; do [[ -n ${!v:-} ]] && echo "export $v=$(printf %q "${!v}")"; done
+	for v in CONC_PODS CONC_ROUNDS SUITE_EXPECT SUITE_FILES; do [[ -n ${!v:-} ]] && echo "export $v=$(printf %q "${!v}")"; done
 	printf 'cd %q\n' "$repo"
 	printf 'exec bash %q' "$here/guest.sh"
 	printf ' %q' "$@"
