@@ -152,7 +152,7 @@ test:
 	$(MAKE) k8s-build-bg
 	$(MAKE) vm-rust
 	SUITE_EXPECT=5 $(MAKE) vm-ofed
-	SUITE_EXPECT=8 $(MAKE) fabric-test-flat
+	SUITE_EXPECT=12 $(MAKE) fabric-test-flat
 	SUITE_EXPECT=13 $(MAKE) k8s-test
 
 # static: tests/check-docs.sh holds deploy.md's size of the shipped binary to the built one.
@@ -224,7 +224,7 @@ vm-ofed: deps build static
 # on the OFED view of the 7.x kernel with the shipped binary. Flat runs the whole suite; routed6
 # only its own tests (FABRIC_ROUTED6_TESTS): the tests of both layouts (UCX through env --exec,
 # the OFED symptom) prove nothing more behind the router, and its run is the longer one. make
-# test expects 8 tests on flat (SUITE_EXPECT) and 3 on routed6 (SUITE_EXPECT_ROUTED6).
+# test expects 12 tests on flat (SUITE_EXPECT) and 3 on routed6 (SUITE_EXPECT_ROUTED6).
 FABRIC_ROUTED6_TESTS ?= ^test_routed6_
 fabric-test: fabric-test-flat fabric-test-routed6
 fabric-test-flat: deps build static

@@ -44,11 +44,6 @@ arp_and_reply_checks() {
 	done
 }
 
-flat_addrs() {
-	local i
-	for i in 0 1 2 3; do ADDR_A[i]=$(child_addr a "net1r$i"); done
-}
-
 test_flat_arp_answered_and_replies_sent_on_their_own_rail() {
 	require_plugin
 	local -a ADDR_A

@@ -63,6 +63,12 @@ flat_pods() {
 	for h in a b; do attach "$h" "$(flat_conf "$h" "$1")" net1 >"/tmp/flat-$h.result"; done
 }
 
+# flat_addrs: ADDR_A[i], pod A's address on its rail-i child (net1ri), after flat_pods
+flat_addrs() {
+	local i
+	for i in 0 1 2 3; do ADDR_A[i]=$(child_addr a "net1r$i"); done
+}
+
 # fabric_conf_file HOST: the layout's plain configuration for HOST's pods (a file)
 fabric_conf_file() {
 	if [[ $FABRIC_LAYOUT == flat ]]; then flat_conf "$1" '{}'; else routed_conf "$1" ''; fi

@@ -1,0 +1,134 @@
+# shellcheck shell=bash
+# shellcheck disable=SC2034 # the arrays and POD_NET_*: set and read by lib.sh's helpers
+# The effect of the plugin's reverse-path and ARP-announce sysctls, on the wire of the flat
+# layout, each test beside the control that puts the cause back (its value in `sysctl`). Both
+# matter where a pod's traffic for one rail's address meets another rail's route: without
+# source routing (sourceRouting false: every rail's connected route is in the pod's main table
+# and the first one wins), or for a source the routing did not pick. With the plugin's source
+# rules, a strict reverse-path check looks up the rail's own table and passes (20-arp.sh).
+#
+# accept_local (also set by arpSysctls) has no test of its effect here: it matters for packets
+# that arrive with a source address of the receiving namespace, and IPvlan delivers between
+# children of one pod inside the namespace, never through a rail; no traffic of these layouts
+# depends on it.
+
+PINGS=5
+
+# rp_filter_pods EXTRA_JSON: flat_pods, with pod A's conf/all and conf/default rp_filter set
+# to 1 (strict) before its ADD, as a distribution's sysctl.d or a runtime may leave them
+rp_filter_pods() {
+	local h
+	new_pods
+	on a ip netns exec podA sysctl -qw net.ipv4.conf.all.rp_filter=1 net.ipv4.conf.default.rp_filter=1
+	for h in a b; do attach "$h" "$(flat_conf "$h" "$1")" net1 >"/tmp/flat-$h.result"; done
+}
+
+# pod_a_counter FILE GROUP NAME: pod A's counter NAME of GROUP in /proc/net/FILE (snmp, netstat)
+pod_a_counter() {
+	# shellcheck disable=SC2016 # an awk program
+	on a ip netns exec podA awk -v g="$2:" -v n="$3" '$1 == g {
+		if (!h) { for (i = 2; i <= NF; i++) if ($i == n) c = i; h = 1 } else { print (c ? $c : "none"); exit } }' "/proc/net/$1"
+}
+
+# echoed_rails: from host b's rail n, PINGS echo requests to pod A's rail-n address, rail by
+# rail; sets ECHOED to the rails whose requests reached pod A's ICMP (its InEchos counter grew
+# by PINGS; a reverse-path drop, of the requests or of the ARP before them, leaves it as is)
+echoed_rails() {
+	local n e0 e1 r0 r1
+	ECHOED=""
+	for n in 0 1 2 3; do
+		e0=$(pod_a_counter snmp Icmp InEchos)
+		r0=$(pod_a_counter netstat TcpExt IPReversePathFilter)
+		on b ping -q -c "$PINGS" -i 0.2 -W 1 -I "$(fabric_addr b "$n")" "${ADDR_A[n]}" >/dev/null || true
+		e1=$(pod_a_counter snmp Icmp InEchos)
+		r1=$(pod_a_counter netstat TcpExt IPReversePathFilter)
+		note "rail $n: pod A's ${ADDR_A[n]} got $((e1 - e0)) of $PINGS echo requests; its IPReversePathFilter counter $r0 -> $r1"
+		((e1 - e0 >= PINGS)) && ECHOED+=$n
+	done
+	return 0
+}
+
+# The pod's reverse-path settings as the plugin leaves them: pod A's conf/all and the children's
+# rp_filter both 0 (it writes both; the effective value is the larger), so a request on a rail
+# whose route is not the first in the main table is delivered. arp_filter is 0 here so that the
+# ARP of the other rails is answered without source routing too (arp_filter looks the same
+# route up); the control differs from this test in rp_filter alone.
+test_flat_rp_filter_off_delivers_every_rail_without_source_routing() {
+	require_plugin
+	local -a ADDR_A
+	local POD_NET_A POD_NET_B ECHOED
+	rp_filter_pods '{"sourceRouting": false, "sysctl": {"net.ipv4.conf.IFNAME.arp_filter": "0"}}'
+	flat_addrs
+	assert_eq "$(on a ip netns exec podA sysctl -n net.ipv4.conf.all.rp_filter)" 0 "pod A's conf/all rp_filter after ADD"
+	echoed_rails
+	assert_eq "$ECHOED" 0123 "rails whose echo requests reached pod A"
+}
+
+# The control: the same pods with the strict rp_filter kept (the plugin's two keys given 1): only
+# the rail whose connected route comes first in pod A's main table passes the reverse-path
+# check; the other three rails' requests (or their ARP) are dropped.
+test_flat_rp_filter_strict_drops_the_other_rails_without_source_routing() {
+	require_plugin
+	local -a ADDR_A
+	local POD_NET_A POD_NET_B ECHOED
+	rp_filter_pods '{"sourceRouting": false, "sysctl": {"net.ipv4.conf.IFNAME.arp_filter": "0",
+		"net.ipv4.conf.all.rp_filter": "1", "net.ipv4.conf.IFNAME.rp_filter": "1"}}'
+	flat_addrs
+	echoed_rails
+	assert_eq "${#ECHOED}" 1 "rails whose echo requests reached pod A (got '$ECHOED')"
+}
+
+# first_rail: the rail of the connected route pod A's main table picks for the rails' subnet
+first_rail() {
+	local dev
+	dev=$(on a ip -n podA -o route get "$(fabric_addr b 0)" from "${ADDR_A[0]}" | grep -oE 'dev net1r[0-3]')
+	echo "${dev#dev net1r}"
+}
+
+# learnt_elsewhere: pod A sends from each rail-n address (n != K) to host b's rail-K address,
+# K the rail its route takes (first_rail): one ping each, with the neighbour entries of both
+# sides flushed first so that pod A asks ARP on rail K. Sets ELSEWHERE to the rails n whose
+# address host b then has on its rail K with rail K's MAC: the ARP request carried addr_n as
+# its sender (arp_announce 0) and taught host b a wrong rail for it.
+learnt_elsewhere() {
+	local k n target entry
+	k=$(first_rail)
+	[[ $k =~ ^[0-3]$ ]] || fail "pod A's route to host b's rail-0 address names no rail child"
+	target=$(fabric_addr b "$k")
+	ELSEWHERE=""
+	for n in 0 1 2 3; do
+		((n == k)) && continue
+		on b ip neigh flush to "${ADDR_A[n]}"
+		on a ip -n podA neigh flush to "$target"
+		on a ip netns exec podA ping -q -c 1 -W 1 -I "${ADDR_A[n]}" "$target" >/dev/null || true
+		entry=$(on b ip neigh show to "${ADDR_A[n]}" dev "rdma$k")
+		note "pod A's ${ADDR_A[n]} (rail $n) to host b's $target by rail $k: host b's entry on rdma$k: '${entry:-none}'"
+		[[ $entry == *"lladdr $(fabric_mac a "$k")"* ]] && ELSEWHERE+=$n
+	done
+	return 0
+}
+
+# arp_announce 2 (the plugin's): an ARP request a child sends carries the child's own address as
+# its sender, whatever the source of the packet that needed it, so a peer never learns another
+# rail's address on this rail.
+test_flat_arp_announce_keeps_other_rails_addresses_off_the_rail() {
+	require_plugin
+	local -a ADDR_A
+	local POD_NET_A POD_NET_B ELSEWHERE
+	flat_pods '{"sourceRouting": false}'
+	flat_addrs
+	learnt_elsewhere
+	[[ -z $ELSEWHERE ]] || fail "host b learnt pod A's rail-$ELSEWHERE address(es) on another rail from its ARP requests"
+}
+
+# The control: arp_announce 0 (the kernel's default) puts the packet's source, another rail's
+# address, in the request, and host b files it under the wrong rail: the three other rails.
+test_flat_arp_announce_0_teaches_the_peer_wrong_rails() {
+	require_plugin
+	local -a ADDR_A
+	local POD_NET_A POD_NET_B ELSEWHERE
+	flat_pods '{"sourceRouting": false, "sysctl": {"net.ipv4.conf.IFNAME.arp_announce": "0"}}'
+	flat_addrs
+	learnt_elsewhere
+	assert_eq "${#ELSEWHERE}" 3 "rails whose address host b learnt on another rail (got '$ELSEWHERE')"
+}
