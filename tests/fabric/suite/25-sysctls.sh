@@ -17,16 +17,15 @@ PINGS=5
 # rp_filter_pods EXTRA_JSON: flat_pods, with pod A's conf/all and conf/default rp_filter set
 # to 1 (strict) before its ADD, as a distribution's sysctl.d or a runtime may leave them
 rp_filter_pods() {
-	local h
 	new_pods
-	on a ip netns exec podA sysctl -qw net.ipv4.conf.all.rp_filter=1 net.ipv4.conf.default.rp_filter=1
-	for h in a b; do attach "$h" "$(flat_conf "$h" "$1")" net1 >"/tmp/flat-$h.result"; done
+	in_pod podA sysctl -qw net.ipv4.conf.all.rp_filter=1 net.ipv4.conf.default.rp_filter=1
+	flat_attach "$1"
 }
 
 # pod_a_counter FILE GROUP NAME: pod A's counter NAME of GROUP in /proc/net/FILE (snmp, netstat)
 pod_a_counter() {
 	# shellcheck disable=SC2016 # an awk program
-	on a ip netns exec podA awk -v g="$2:" -v n="$3" '$1 == g {
+	in_pod podA awk -v g="$2:" -v n="$3" '$1 == g {
 		if (!h) { for (i = 2; i <= NF; i++) if ($i == n) c = i; h = 1 } else { print (c ? $c : "none"); exit } }' "/proc/net/$1"
 }
 
@@ -59,7 +58,7 @@ test_flat_rp_filter_off_delivers_every_rail_without_source_routing() {
 	local POD_NET_A POD_NET_B ECHOED
 	rp_filter_pods '{"sourceRouting": false, "sysctl": {"net.ipv4.conf.IFNAME.arp_filter": "0"}}'
 	flat_addrs
-	assert_eq "$(on a ip netns exec podA sysctl -n net.ipv4.conf.all.rp_filter)" 0 "pod A's conf/all rp_filter after ADD"
+	assert_eq "$(in_pod podA sysctl -n net.ipv4.conf.all.rp_filter)" 0 "pod A's conf/all rp_filter after ADD"
 	echoed_rails
 	assert_eq "$ECHOED" 0123 "rails whose echo requests reached pod A"
 }
@@ -81,7 +80,7 @@ test_flat_rp_filter_strict_drops_the_other_rails_without_source_routing() {
 # first_rail: the rail of the connected route pod A's main table picks for the rails' subnet
 first_rail() {
 	local dev
-	dev=$(on a ip -n podA -o route get "$(fabric_addr b 0)" from "${ADDR_A[0]}" | grep -oE 'dev net1r[0-3]')
+	dev=$(in_pod podA ip -o route get "$(fabric_addr b 0)" from "${ADDR_A[0]}" | grep -oE 'dev net1r[0-3]')
 	echo "${dev#dev net1r}"
 }
 
@@ -99,8 +98,8 @@ learnt_elsewhere() {
 	for n in 0 1 2 3; do
 		((n == k)) && continue
 		on b ip neigh flush to "${ADDR_A[n]}"
-		on a ip -n podA neigh flush to "$target"
-		on a ip netns exec podA ping -q -c 1 -W 1 -I "${ADDR_A[n]}" "$target" >/dev/null || true
+		in_pod podA ip neigh flush to "$target"
+		in_pod podA ping -q -c 1 -W 1 -I "${ADDR_A[n]}" "$target" >/dev/null || true
 		entry=$(on b ip neigh show to "${ADDR_A[n]}" dev "rdma$k")
 		note "pod A's ${ADDR_A[n]} (rail $n) to host b's $target by rail $k: host b's entry on rdma$k: '${entry:-none}'"
 		[[ $entry == *"lladdr $(fabric_mac a "$k")"* ]] && ELSEWHERE+=$n

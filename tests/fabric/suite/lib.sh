@@ -58,8 +58,13 @@ flat_conf() {
 
 # flat_pods EXTRA_JSON: pod A and pod B (new_pods), each attached with flat_conf
 flat_pods() {
-	local h
 	new_pods
+	flat_attach "$1"
+}
+
+# flat_attach EXTRA_JSON: the pods of new_pods attached with flat_conf, each on its host
+flat_attach() {
+	local h
 	for h in a b; do attach "$h" "$(flat_conf "$h" "$1")" net1 >"/tmp/flat-$h.result"; done
 }
 
