@@ -304,7 +304,15 @@ fn dechunk(mut rest: &[u8]) -> Result<Option<Vec<u8>>, String> {
         if size == 0 {
             return Ok(Some(body));
         }
-        if rest.len() < size + 2 {
+        // A size near usize::MAX is a broken or hostile server, not a chunk to wait for: the
+        // sum would wrap and the slice below would panic.
+        let needed = size
+            .checked_add(2)
+            .filter(|&n| n <= MAX_RESPONSE)
+            .ok_or_else(|| {
+                format!("chunk size {size_text:?} is larger than {MAX_RESPONSE} bytes")
+            })?;
+        if rest.len() < needed {
             return Ok(None);
         }
         body.extend_from_slice(&rest[..size]);
@@ -543,6 +551,16 @@ mod tests {
         assert_eq!(parse_response(to_end, false).unwrap(), None);
         assert_eq!(parse_response(to_end, true).unwrap().unwrap().body, b"boom");
         assert!(parse_response(b"SSH-2.0\r\n\r\n", true).is_err());
+    }
+
+    #[test]
+    fn a_huge_chunk_size_is_an_error_not_a_panic() {
+        for size in ["ffffffffffffffff", "fffffffffffffffe", "1000000"] {
+            let chunked =
+                format!("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n{size}\r\nabc\r\n");
+            let e = parse_response(chunked.as_bytes(), false).unwrap_err();
+            assert!(e.contains("is larger than"), "{size}: {e}");
+        }
     }
 
     #[test]
