@@ -51,9 +51,10 @@ def check_installer(ds, *, mode, bin_dir, image, namespace, rails=None, openshif
         expect("command", c["command"], ["/roce-ipvlan", "uninstall", "--to", INSTALL_DIR, "--wait"])
         expect("readiness probe", probe, ["/roce-ipvlan", "uninstall", "--to", INSTALL_DIR, "--check"])
     # The pod annotations (docs/deploy.md#gid-indexes-in-the-pod-object): the service
-    # account's token, the node's name and the plugin's records.
+    # account's token (annotate's alone, bound to the pod, so that it names the node the
+    # admission policy holds it to), the node's name and the plugin's records (read-only).
     expect("serviceAccountName", spec.get("serviceAccountName"), "roce-ipvlan-installer")
-    expect("automountServiceAccountToken", spec.get("automountServiceAccountToken"), True)
+    expect("automountServiceAccountToken", spec.get("automountServiceAccountToken"), False)
     expect("containers", [x["name"] for x in spec["containers"]], ["install", "annotate"])
     expect("default container", ds["spec"]["template"]["metadata"].get("annotations", {})
            .get("kubectl.kubernetes.io/default-container"), "install")
@@ -69,14 +70,20 @@ def check_installer(ds, *, mode, bin_dir, image, namespace, rails=None, openshif
     expect("annotate SELinux type", a["securityContext"].get("seLinuxOptions", {}).get("type"),
            "spc_t" if openshift else None)
     expect("annotate readiness probe", a.get("readinessProbe"), None)
-    state = [v for v in spec["volumes"] if v["name"] == "state"]
-    expect("state volume", state, [{"name": "state", "hostPath": {"path": "/run/roce-ipvlan",
-                                                                  "type": "DirectoryOrCreate"}}])
+    attachments = [v for v in spec["volumes"] if v["name"] == "attachments"]
+    expect("attachments volume", attachments, [{"name": "attachments", "hostPath": {
+        "path": "/run/roce-ipvlan/attachments", "type": "DirectoryOrCreate"}}])
+    token = [v for v in spec["volumes"] if v["name"] == "token"]
+    expect("token volume", token, [{"name": "token", "projected": {"defaultMode": 0o400, "sources": [
+        {"serviceAccountToken": {"path": "token", "expirationSeconds": 3600}},
+        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}}]}}])
     published = [v for v in spec["volumes"] if v["name"] == "published"]
     expect("published volume", published, [{"name": "published", "hostPath": {"path": "/var/lib/roce-ipvlan",
                                                                           "type": "DirectoryOrCreate"}}])
-    expect("annotate's mounts", [(m["name"], m["mountPath"]) for m in a.get("volumeMounts", [])],
-           [("state", "/host/run/roce-ipvlan"), ("published", "/host/var/lib/roce-ipvlan")])
+    expect("annotate's mounts", [(m["name"], m["mountPath"], m.get("readOnly", False)) for m in a.get("volumeMounts", [])],
+           [("attachments", "/host/run/roce-ipvlan/attachments", True),
+            ("token", "/var/run/secrets/kubernetes.io/serviceaccount", True),
+            ("published", "/host/var/lib/roce-ipvlan", False)])
     expect("install's mounts", [m["name"] for m in c.get("volumeMounts", [])], ["cni-bin"])
     selinux = c["securityContext"].get("seLinuxOptions", {}).get("type")
     expect("SELinux type", selinux, "spc_t" if openshift else None)
@@ -98,6 +105,33 @@ def check_rbac(docs, namespace):
                     [{"kind": "ServiceAccount", "name": "roce-ipvlan-installer", "namespace": namespace}])
     if [(b["roleRef"], b["subjects"]) for b in bindings] != [want_binding]:
         errors.append(f"ClusterRoleBinding roce-ipvlan-installer: {bindings}, expected one binding {want_binding}")
+    return errors
+
+
+POLICY_FILE = "deploy/base/admission-policy.yaml"
+POLICIES = ("roce-ipvlan-installer-own-node", "roce-ipvlan-gids-annotation")
+
+
+def check_policy(docs, enabled=True):
+    """The admission policies that confine the installer's token (docs/security.md), as
+    deploy/base/admission-policy.yaml has them: the chart's copy must not drift from it."""
+    import yaml
+    want = {(d["kind"], d["metadata"]["name"]): d["spec"]
+            for d in yaml.safe_load_all(open(POLICY_FILE)) if d}
+    kinds = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+    got = {(d["kind"], d["metadata"]["name"]): d["spec"] for d in docs if d.get("kind") in kinds}
+    if not enabled:
+        return [f"admission policy objects {sorted(got)}, expected none"] if got else []
+    errors = []
+    if sorted(want) != sorted((k, n) for k in kinds for n in POLICIES):
+        errors.append(f"{POLICY_FILE}: objects {sorted(want)}, expected a policy and a binding each of {POLICIES}")
+    for key, spec in want.items():
+        if got.get(key) != spec:
+            errors.append(f"{key[0]} {key[1]}: {'missing' if key not in got else 'differs from ' + POLICY_FILE}")
+        if key[0] == kinds[0] and spec.get("failurePolicy") != "Fail":
+            errors.append(f"{key[1]}: failurePolicy {spec.get('failurePolicy')!r}, expected Fail (fail closed)")
+        if key[0] == kinds[1] and spec.get("validationActions") != ["Deny"]:
+            errors.append(f"{key[1]}: validationActions {spec.get('validationActions')!r}, expected [Deny]")
     return errors
 
 
@@ -155,11 +189,11 @@ def check(name, docs):
         if name in ("deploy", "deploy/base"):
             return (check_installer(installer(docs), mode="install", bin_dir="/opt/cni/bin", image=image,
                                     namespace="roce-ipvlan")
-                    + check_namespace(docs, "roce-ipvlan") + check_rbac(docs, "roce-ipvlan"))
+                    + check_namespace(docs, "roce-ipvlan") + check_rbac(docs, "roce-ipvlan") + check_policy(docs))
         if name == "deploy/openshift":
             return (check_installer(installer(docs), mode="install", bin_dir="/var/lib/cni/bin", image=image,
                                     namespace="roce-ipvlan", openshift=True)
-                    + check_rbac(docs, "roce-ipvlan"))
+                    + check_rbac(docs, "roce-ipvlan") + check_policy(docs))
         if name == "deploy/uninstall":
             return check_installer(installer(docs), mode="uninstall", bin_dir="/opt/cni/bin", image=image,
                                    namespace="roce-ipvlan")
@@ -178,11 +212,11 @@ def check(name, docs):
             return (check_installer(installer(docs), mode="install", bin_dir="/opt/cni/bin", image=image,
                                     namespace="roce-ipvlan")
                     + check_nads(docs, names=[], namespace="roce-ipvlan") + check_pools(docs, [])
-                    + check_rbac(docs, "roce-ipvlan"))
+                    + check_rbac(docs, "roce-ipvlan") + check_policy(docs))
         if name == "chart:openshift-deviceid":
             return (check_installer(installer(docs), mode="install", bin_dir="/var/lib/cni/bin", image=image,
                                     namespace="roce-ipvlan", openshift=True)
-                    + check_rbac(docs, "roce-ipvlan")
+                    + check_rbac(docs, "roce-ipvlan") + check_policy(docs)
                     + check_nads(docs, names=["rdma-rails"], namespace="roce-ipvlan",
                                  pool=("cidrpool", "rdma-rail-cidr-pool"))
                     + check_pools(docs, [("CIDRPool", "rdma-rail-cidr-pool")]))
@@ -197,6 +231,10 @@ def check(name, docs):
             return (check_nads(docs, names=["rdma-rail-0"], namespace="roce-ipvlan",
                                pool=("cidrpool", "rdma-rail-cidr-pool"))
                     + check_pools(docs, [("IPPool", "rdma-rail-pool"), ("CIDRPool", "rdma-rail-cidr-pool")]))
+        if name == "chart:no-admission-policy":
+            return (check_installer(installer(docs), mode="install", bin_dir="/opt/cni/bin", image=image,
+                                    namespace="roce-ipvlan")
+                    + check_policy(docs, enabled=False))
         if name == "chart:uninstall":
             return check_installer(installer(docs), mode="uninstall", bin_dir="/opt/cni/bin", image=image,
                                    namespace="roce-ipvlan")

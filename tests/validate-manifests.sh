@@ -73,7 +73,8 @@ import os, sys, yaml, jsonschema
 sys.path.insert(0, "tests")
 expectations = __import__("manifest-expectations")
 schemas = yaml.safe_load(open("tests/schemas/custom-resources.yaml"))
-builtin = {"v1", "apps/v1", "batch/v1", "policy/v1", "rbac.authorization.k8s.io/v1"}
+builtin = {"v1", "apps/v1", "batch/v1", "policy/v1", "rbac.authorization.k8s.io/v1",
+           "admissionregistration.k8s.io/v1"}
 templates_out, paths = sys.argv[1], sys.argv[2:]
 templates, bad = [], 0
 
