@@ -154,6 +154,13 @@ children_count() { # ipvlan children in any netns of the node
 }
 
 cleanup_k8s() { # delete what a test made in default (pods first: their DEL needs the NADs)
+	# Pods bound to a Node object without a kubelet (70-policy.sh) never finish a graceful delete.
+	local ghost
+	for ghost in $(kubectl get nodes -l roce-ipvlan.test/ghost -o name 2>/dev/null); do
+		kubectl delete pods --all -n default --field-selector "spec.nodeName=${ghost#node/}" \
+			--force --grace-period=0 >/dev/null 2>&1 || true
+		kubectl delete "$ghost" >/dev/null 2>&1 || true
+	done
 	kubectl delete pods --all -n default --grace-period=1 --wait=true --timeout=120s >/dev/null 2>&1 || true
 	kubectl delete net-attach-def --all -n default >/dev/null 2>&1 || true
 	probe_ipam_remove # after the pods: their DELs call it
