@@ -641,6 +641,7 @@ mod tests {
             body: serde_json::json!({"kind": "Status", "message": message})
                 .to_string()
                 .into_bytes(),
+            retry_after: None,
         };
         assert_eq!(judge(&a, &resp(200, "")), Outcome::Done);
         assert_eq!(judge(&a, &resp(404, "pods \"a\" not found")), Outcome::Gone);
