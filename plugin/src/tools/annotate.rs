@@ -136,6 +136,10 @@ pub fn judge(pod: &PodRef, response: &Response) -> Outcome {
     match response.status {
         200..=299 => Outcome::Done,
         404 => Outcome::Gone,
+        // Before the UID rule below: a policy's own message may say "uid".
+        403 | 422 if message.contains("ValidatingAdmissionPolicy") => {
+            Outcome::Failed(policy_refusal(pod, response.status, &message))
+        }
         // The UID in the patch is immutable: another pod of that name answers 422
         // "metadata.uid: Invalid value: …: field is immutable" (kube-apiserver 1.36); a 409
         // "Precondition failed: UID in precondition" is the same refusal elsewhere.
@@ -155,6 +159,35 @@ pub fn judge(pod: &PodRef, response: &Response) -> Outcome {
             "patching pod {pod} got HTTP {status}: {message}; retried on the next pass"
         )),
     }
+}
+
+/// The message for a ValidatingAdmissionPolicy's refusal, which kube-apiserver words
+/// `pods "x" is forbidden: ValidatingAdmissionPolicy 'P' with binding 'B' denied request: M`.
+/// The installer's policy (roce-ipvlan-installer-own-node, docs/security.md) tells the pod's
+/// node by the node name in the service account token, so a token without one (an old API
+/// server, a long-lived token Secret) makes every patch fail this way.
+fn policy_refusal(pod: &PodRef, status: u16, message: &str) -> String {
+    let after = message
+        .split_once("ValidatingAdmissionPolicy '")
+        .and_then(|(_, rest)| rest.split_once('\''));
+    let (policy, why) = match after {
+        Some((policy, rest)) => (
+            format!("'{policy}'"),
+            rest.split_once("denied request: ")
+                .map_or(message, |(_, why)| why.trim()),
+        ),
+        None => ("(unnamed)".to_string(), message),
+    };
+    format!(
+        "the ValidatingAdmissionPolicy {policy} refused the patch of pod {pod} (HTTP {status}: \
+         {why}): it lets the installer change only the {ANNOTATION} annotation, and only of \
+         pods whose spec.nodeName is the node named in its service account token \
+         (authentication.kubernetes.io/node-name). Check that the annotate container uses the \
+         pod's projected service account token (automountServiceAccountToken, not a token \
+         Secret), and the API server's version: kube-apiserver before 1.30, or 1.30 and 1.31 \
+         with the feature gate ServiceAccountTokenPodNodeInfo off, puts no node name in the \
+         token and every patch is refused (docs/security.md)"
+    )
 }
 
 /// The annotator's memory: what it published, what it found gone, what it last logged.
@@ -633,6 +666,49 @@ mod tests {
         );
     }
 
+    /// The installer's own-node policy refusing a patch (as kube-apiserver 1.32 words it):
+    /// the log names the policy and its message and says what to check, not RBAC's remedy;
+    /// also as a 422 (a validation with reason Invalid), and with "uid" in the policy's
+    /// message, which is not the UID refusal.
+    #[test]
+    fn an_admission_policys_refusal_names_the_policy_and_the_token() {
+        let a = pod("a", "aa-1");
+        let denied = |status, why: &str| Response {
+            status,
+            body: serde_json::json!({"kind": "Status", "reason": "Forbidden", "message": format!(
+                "pods \"a\" is forbidden: ValidatingAdmissionPolicy \
+                 'roce-ipvlan-installer-own-node' with binding 'roce-ipvlan-installer-own-node' \
+                 denied request: {why}")})
+            .to_string()
+            .into_bytes(),
+            retry_after: None,
+        };
+        for (status, why) in [
+            (403, "only pods on the installer's own node"),
+            (422, "only the roce-ipvlan.io/gids annotation"),
+            (422, "the token names no node; see the uid of the pod"),
+        ] {
+            let Outcome::Failed(m) = judge(&a, &denied(status, why)) else {
+                panic!("{status} {why}: a failure");
+            };
+            assert!(
+                m.contains("ValidatingAdmissionPolicy 'roce-ipvlan-installer-own-node'"),
+                "{m}"
+            );
+            assert!(m.contains(&format!("HTTP {status}: {why})")), "{m}");
+            for hint in [
+                "spec.nodeName",
+                "projected service account token",
+                "ServiceAccountTokenPodNodeInfo",
+                "1.30",
+                "docs/security.md",
+            ] {
+                assert!(m.contains(hint), "{hint}: {m}");
+            }
+            assert!(!m.contains("ClusterRole"), "not RBAC's remedy: {m}");
+        }
+    }
+
     #[test]
     fn answers_are_judged_with_what_to_do() {
         let a = pod("a", "aa-1");
@@ -666,6 +742,7 @@ mod tests {
             panic!("403 is a failure");
         };
         assert!(m.contains("\"patch\"") && m.contains("\"pods\""), "{m}");
+        assert!(!m.contains("ValidatingAdmissionPolicy"), "{m}");
         assert!(matches!(judge(&a, &resp(401, "")), Outcome::Failed(m) if m.contains("token")));
         assert!(matches!(
             judge(&a, &resp(409, "conflict")),
