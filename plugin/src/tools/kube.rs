@@ -398,7 +398,9 @@ pub(crate) mod test_server {
 
     /// A local HTTPS server (Python's http.server behind ssl) that prints each request it got
     /// as one JSON line and answers a PATCH of a path ending in /gone with the API server's 404,
-    /// in /recreated with its 409 for a UID precondition, any other with 200.
+    /// in /recreated with its 409 for a UID precondition, in /invalid with a 422 (not the
+    /// UID's), in /busy with a 429 and `Retry-After: 20`, in /broken with a 500, any other
+    /// with 200.
     const SERVER: &str = r#"
 import http.server, json, ssl, sys
 class H(http.server.BaseHTTPRequestHandler):
@@ -408,14 +410,22 @@ class H(http.server.BaseHTTPRequestHandler):
         print(json.dumps({"method": self.command, "path": self.path,
                           "headers": {k.lower(): v for k, v in self.headers.items()},
                           "body": body.decode()}), flush=True)
-        status, reply = 200, {"kind": "Pod", "metadata": {"name": "p"}}
+        status, reply, headers = 200, {"kind": "Pod", "metadata": {"name": "p"}}, {}
         if self.path.endswith("/gone"):
             status, reply = 404, {"kind": "Status", "message": 'pods "gone" not found'}
         elif self.path.endswith("/recreated"):
             status, reply = 409, {"kind": "Status", "message": "Precondition failed: UID in precondition: a, UID in object meta: b"}
+        elif self.path.endswith("/invalid"):
+            status, reply = 422, {"kind": "Status", "message": "metadata.annotations: Invalid value: too long"}
+        elif self.path.endswith("/busy"):
+            status, reply, headers = 429, {"kind": "Status", "message": "too many requests"}, {"Retry-After": "20"}
+        elif self.path.endswith("/broken"):
+            status, reply = 500, {"kind": "Status", "message": "etcdserver: request timed out"}
         reply = json.dumps(reply).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
+        for k, v in headers.items():
+            self.send_header(k, v)
         self.send_header("Content-Length", str(len(reply)))
         self.end_headers()
         self.wfile.write(reply)
