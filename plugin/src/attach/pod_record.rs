@@ -128,7 +128,9 @@ pub fn file_name(container_id: &str, ifname: &str) -> Option<String> {
     ok.then(|| format!("{container_id}_{ifname}.json"))
 }
 
-/// Writes the record into `dir` (created 0755 if missing) atomically, mode 0644.
+/// Writes the record into `dir` (created 0755 if missing) atomically, mode 0600: the
+/// annotator that reads it runs as root, the owner, and nobody else on the node needs to see
+/// which pod has which addresses and GIDs.
 pub fn write(dir: &Path, record: &Record) -> io::Result<PathBuf> {
     let name = file_name(&record.container_id, &record.ifname).ok_or_else(|| {
         io::Error::new(
@@ -142,7 +144,7 @@ pub fn write(dir: &Path, record: &Record) -> io::Result<PathBuf> {
     fs::create_dir_all(dir)?;
     let path = dir.join(name);
     let text = serde_json::to_vec(record).expect("a record always serializes");
-    crate::kernel::atomic_file::write(&path, &text, 0o644)?;
+    crate::kernel::atomic_file::write(&path, &text, 0o600)?;
     Ok(path)
 }
 
@@ -331,6 +333,13 @@ mod tests {
         let record = sample("c1", "net1", "rails");
         let path = write(&dir, &record).unwrap();
         assert_eq!(path, dir.join("c1_net1.json"));
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&path), 0o600);
+        // An older release's 0644 record, written again: 0600 too.
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
+        write(&dir, &record).unwrap();
+        assert_eq!(mode(&path), 0o600);
         fs::write(dir.join("garbage.json"), "{").unwrap();
         fs::write(dir.join(".c2_net1.json.1.0.tmp"), "{").unwrap();
         let mut other = sample("c3", "net1", "rails");

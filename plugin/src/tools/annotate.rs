@@ -461,7 +461,8 @@ impl Annotator {
             Some(dir) => std::fs::create_dir_all(dir),
             None => Ok(()),
         }
-        .and_then(|()| crate::kernel::atomic_file::write(&self.state_file, &text, 0o644));
+        // 0600: it names the node's pods; only the annotator (root) reads it back.
+        .and_then(|()| crate::kernel::atomic_file::write(&self.state_file, &text, 0o600));
         if let Err(e) = written {
             self.log_once(
                 None,
@@ -781,6 +782,13 @@ mod tests {
             serde_json::Value::Null
         );
         assert!(restarted.published.is_empty());
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&published).unwrap().permissions().mode();
+        assert_eq!(
+            mode & 0o777,
+            0o600,
+            "what was published is the annotator's own"
+        );
         restarted.pass();
         // Only now a request of this test's own: had either pass sent one, it would be read here.
         let probe = Client::new(
