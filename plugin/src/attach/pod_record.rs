@@ -10,6 +10,11 @@
 //! when nothing can fail any more, so a failed ADD leaves none; DEL and GC remove it, never
 //! failing over it. Without the Kubernetes arguments (plain libcni, podman) nothing is written:
 //! there is no pod object to publish to.
+//!
+//! The plugin (root) writes and removes files there, so [`DIR`] and its parent /run/roce-ipvlan
+//! must be its own (protocol/private_dir.rs: created 0700, no symbolic link in their place,
+//! owned by the plugin's user and writable by nobody else); otherwise nothing is written or
+//! removed there, and the log says what was found and what to do.
 
 use std::fs;
 use std::io::{self, Read};
@@ -128,7 +133,8 @@ pub fn file_name(container_id: &str, ifname: &str) -> Option<String> {
     ok.then(|| format!("{container_id}_{ifname}.json"))
 }
 
-/// Writes the record into `dir` (created 0755 if missing) atomically, mode 0600: the
+/// Writes the record into `dir` (and its parent: created 0700 if missing, and checked, see
+/// above) atomically, mode 0600: the
 /// annotator that reads it runs as root, the owner, and nobody else on the node needs to see
 /// which pod has which addresses and GIDs.
 pub fn write(dir: &Path, record: &Record) -> io::Result<PathBuf> {
@@ -141,7 +147,7 @@ pub fn write(dir: &Path, record: &Record) -> io::Result<PathBuf> {
             ),
         )
     })?;
-    fs::create_dir_all(dir)?;
+    crate::protocol::private_dir::open_dir_and_parent(dir, 0o700)?;
     let path = dir.join(name);
     let text = serde_json::to_vec(record).expect("a record always serializes");
     crate::kernel::atomic_file::write(&path, &text, 0o600)?;
@@ -154,6 +160,10 @@ pub fn remove(dir: &Path, container_id: &str, ifname: &str) {
     let Some(name) = file_name(container_id, ifname) else {
         return;
     };
+    if let Err(e) = crate::protocol::private_dir::open_dir_and_parent(dir, 0o700) {
+        tracing::warn!(error = %e, "attachment record not removed");
+        return;
+    }
     let path = dir.join(name);
     match fs::remove_file(&path) {
         Ok(()) => tracing::info!(path = %path.display(), "attachment record removed"),
@@ -220,6 +230,10 @@ fn read_one(path: &Path) -> Result<Record, String> {
 /// GC: removes the records of `network` whose attachment is not among `valid` (containerID,
 /// ifname); other networks' records are theirs to collect. Best-effort: returns how many went.
 pub fn gc(dir: &Path, network: &str, valid: &[(String, String)]) -> usize {
+    if let Err(e) = crate::protocol::private_dir::open_dir_and_parent(dir, 0o700) {
+        tracing::warn!(error = %e, "GC: attachment records not collected");
+        return 0;
+    }
     let entries = match read_all(dir) {
         Ok(e) => e,
         Err(e) => {
@@ -357,15 +371,62 @@ mod tests {
         assert!(write(&dir, &sample("../x", "net1", "rails")).is_err());
     }
 
+    /// The records' directory must be the plugin's own: a symbolic link in its place, or a
+    /// directory others may write, gets no record (ADD's record is best-effort: the attachment
+    /// stands, the log says why), and DEL and GC remove nothing through it.
+    #[test]
+    fn records_go_only_into_a_directory_of_the_plugins_own() {
+        use std::os::unix::fs::{symlink, PermissionsExt};
+        let tmp = tempfile::tempdir().unwrap();
+        let state = tmp.path().join("roce-ipvlan");
+        let dir = state.join("attachments");
+        let record = sample("c1", "net1", "rails");
+        write(&dir, &record).unwrap();
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!((mode(&state), mode(&dir)), (0o700, 0o700));
+
+        // A symbolic link to another directory: nothing written, removed or collected there.
+        fs::remove_dir_all(&dir).unwrap();
+        let elsewhere = tmp.path().join("elsewhere");
+        fs::create_dir(&elsewhere).unwrap();
+        symlink(&elsewhere, &dir).unwrap();
+        let err = write(&dir, &record).unwrap_err().to_string();
+        assert!(
+            err.contains("not a directory") && err.contains("symbolic link"),
+            "{err}"
+        );
+        assert_eq!(fs::read_dir(&elsewhere).unwrap().count(), 0);
+        let planted = elsewhere.join("c1_net1.json");
+        fs::write(&planted, serde_json::to_vec(&record).unwrap()).unwrap();
+        remove(&dir, "c1", "net1");
+        assert_eq!(gc(&dir, "rails", &[]), 0);
+        assert!(planted.exists(), "removed through the symbolic link");
+
+        // Group-writable: refused, with the mode found and what to do.
+        fs::remove_file(&dir).unwrap();
+        fs::create_dir(&dir).unwrap();
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o770)).unwrap();
+        let err = write(&dir, &record).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::PermissionDenied, "{err}");
+        let m = err.to_string();
+        assert!(m.contains("mode 770") && m.contains("chmod go-w"), "{m}");
+        assert!(!dir.join("c1_net1.json").exists());
+
+        // Fixed as the message says: written.
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o750)).unwrap();
+        assert_eq!(write(&dir, &record).unwrap(), dir.join("c1_net1.json"));
+    }
+
     #[test]
     fn gc_removes_only_its_networks_stale_records() {
-        let dir = tempfile::tempdir().unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("attachments");
         for (cid, net) in [("live", "rails"), ("dead", "rails"), ("other", "storage")] {
-            write(dir.path(), &sample(cid, "net1", net)).unwrap();
+            write(&dir, &sample(cid, "net1", net)).unwrap();
         }
         let valid = vec![("live".to_string(), "net1".to_string())];
-        assert_eq!(gc(dir.path(), "rails", &valid), 1);
-        let left: Vec<_> = read_all(dir.path())
+        assert_eq!(gc(&dir, "rails", &valid), 1);
+        let left: Vec<_> = read_all(&dir)
             .unwrap()
             .into_iter()
             .map(|(_, r)| r.unwrap().container_id)
