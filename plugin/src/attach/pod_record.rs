@@ -178,8 +178,9 @@ pub fn remove(dir: &Path, container_id: &str, ifname: &str) {
 pub type Entry = (PathBuf, Result<Record, String>);
 
 /// Every record in `dir` (none when it does not exist), in name order. Temporary files of a
-/// write in progress (`.name.tmp`) are not listed; a file that is too large, not JSON, of
-/// another version or with a malformed pod comes with the reason it is skipped.
+/// write in progress (`.name.tmp`) are not listed; a file that is not a regular file (a
+/// symbolic link, a FIFO), too large, not JSON, of another version, with a malformed pod or
+/// naming another attachment than its file name comes with the reason it is skipped.
 pub fn read_all(dir: &Path) -> io::Result<Vec<Entry>> {
     let entries = match fs::read_dir(dir) {
         Ok(e) => e,
@@ -206,9 +207,23 @@ pub fn read_all(dir: &Path) -> io::Result<Vec<Entry>> {
 }
 
 fn read_one(path: &Path) -> Result<Record, String> {
+    use std::os::unix::fs::OpenOptionsExt;
     let mut text = Vec::new();
-    fs::File::open(path)
-        .and_then(|f| f.take(MAX_BYTES + 1).read_to_end(&mut text))
+    // Not followed, and never waited on: the annotator must not read another file as a record,
+    // nor hang on a FIFO.
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => "a symbolic link, not a record".to_string(),
+            _ => format!("cannot read it: {e}"),
+        })?;
+    if !file.metadata().is_ok_and(|m| m.is_file()) {
+        return Err("not a regular file".into());
+    }
+    file.take(MAX_BYTES + 1)
+        .read_to_end(&mut text)
         .map_err(|e| format!("cannot read it: {e}"))?;
     if text.len() as u64 > MAX_BYTES {
         return Err(format!("larger than {MAX_BYTES} bytes"));
@@ -223,6 +238,20 @@ fn read_one(path: &Path) -> Result<Record, String> {
     }
     if !record.pod.is_valid() {
         return Err(format!("malformed pod {}", record.pod));
+    }
+    // write() names the file after the attachment and DEL removes it by that name: a record
+    // under another name was not written by the plugin, and no DEL would ever remove it.
+    let expected = file_name(&record.container_id, &record.ifname);
+    let name = path.file_name().and_then(|n| n.to_str());
+    if expected.as_deref() != name {
+        return Err(format!(
+            "it names attachment {:?}/{:?} (pod {}), whose record would be {}: not written by \
+             the plugin under this name, so no DEL removes it; remove it by hand",
+            record.container_id,
+            record.ifname,
+            record.pod,
+            expected.as_deref().unwrap_or("none (names ADD refuses)")
+        ));
     }
     Ok(record)
 }
@@ -415,6 +444,73 @@ mod tests {
         // Fixed as the message says: written.
         fs::set_permissions(&dir, fs::Permissions::from_mode(0o750)).unwrap();
         assert_eq!(write(&dir, &record).unwrap(), dir.join("c1_net1.json"));
+    }
+
+    /// What the annotator reads is checked: a record under another attachment's file name,
+    /// one larger than MAX_BYTES (even if valid JSON), a symbolic link and a FIFO are skipped
+    /// with the reason; a record of exactly MAX_BYTES is read.
+    #[test]
+    fn only_the_plugins_own_records_are_read() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("attachments");
+        let record = sample("c1", "net1", "rails");
+        write(&dir, &record).unwrap();
+        let text = serde_json::to_string(&record).unwrap();
+        // Another pod's attachment under c2's name; a file name that is no attachment's.
+        let mut other = sample("c9", "net1", "rails");
+        other.pod.name = "victim".into();
+        fs::write(
+            dir.join("c2_net1.json"),
+            serde_json::to_vec(&other).unwrap(),
+        )
+        .unwrap();
+        fs::write(dir.join("zz.json"), &text).unwrap();
+        // Padded with whitespace (still a valid record) to the limit, and one byte past it.
+        let padded = |n: u64| format!("{text}{}", " ".repeat(n as usize - text.len()));
+        fs::write(dir.join("c3_net1.json"), padded(MAX_BYTES + 1)).unwrap();
+        let at_limit = sample("c4", "net1", "rails");
+        let limit_text = serde_json::to_string(&at_limit).unwrap();
+        fs::write(
+            dir.join("c4_net1.json"),
+            format!(
+                "{limit_text}{}",
+                " ".repeat(MAX_BYTES as usize - limit_text.len())
+            ),
+        )
+        .unwrap();
+        std::os::unix::fs::symlink(dir.join("c1_net1.json"), dir.join("c5_net1.json")).unwrap();
+        nix::unistd::mkfifo(&dir.join("c6_net1.json"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+
+        let all = read_all(&dir).unwrap();
+        let by_name = |n: &str| {
+            &all.iter()
+                .find(|(p, _)| p.file_name().unwrap() == n)
+                .unwrap_or_else(|| panic!("{n} not listed"))
+                .1
+        };
+        assert_eq!(by_name("c1_net1.json").as_ref().unwrap(), &record);
+        let err = by_name("c2_net1.json").as_ref().unwrap_err();
+        assert!(
+            err.contains("\"c9\"/\"net1\"") && err.contains("c9_net1.json"),
+            "{err}"
+        );
+        assert!(err.contains("ml/victim"), "{err}");
+        assert!(by_name("zz.json")
+            .as_ref()
+            .unwrap_err()
+            .contains("c1_net1.json"));
+        let err = by_name("c3_net1.json").as_ref().unwrap_err();
+        assert_eq!(err, &format!("larger than {MAX_BYTES} bytes"));
+        assert_eq!(by_name("c4_net1.json").as_ref().unwrap(), &at_limit);
+        assert!(by_name("c5_net1.json")
+            .as_ref()
+            .unwrap_err()
+            .contains("symbolic link"));
+        assert_eq!(
+            by_name("c6_net1.json").as_ref().unwrap_err(),
+            "not a regular file"
+        );
+        assert_eq!(all.len(), 7);
     }
 
     #[test]
