@@ -45,6 +45,13 @@ pub const DEFAULT_STATE_DIR: &str = "/host/run/roce-ipvlan";
 /// restart as the pods' annotations do.
 pub const DEFAULT_PUBLISHED: &str = "/host/var/lib/roce-ipvlan/annotated.json";
 
+/// The largest list published for one pod. Kubernetes allows 256 KiB for all of a pod's
+/// annotations together (Multus' network-status among them); an entry takes about 170 bytes
+/// with common names and at most 624 with the longest the kernel allows (the tests compute
+/// both), so this holds 16 rails x 24 attachments of common names. A longer list is not
+/// published: the patch would fail, or crowd out the other annotations.
+pub const MAX_VALUE: usize = 64 * 1024;
+
 /// How often the records are read.
 pub const INTERVAL: Duration = Duration::from_secs(3);
 
@@ -347,11 +354,28 @@ impl Annotator {
                 }
             }
         }
-        let desired = desired(&records);
+        let mut desired = desired(&records);
         // Forget what no record names any more: bounded by the node's records.
         self.gone.retain(|pod| desired.contains_key(pod));
         self.logged
             .retain(|pod, _| desired.contains_key(pod) || self.published.contains_key(pod));
+        let too_long: Vec<PodRef> = desired
+            .iter()
+            .filter(|(_, value)| value.len() > MAX_VALUE)
+            .map(|(pod, _)| pod.clone())
+            .collect();
+        for pod in too_long {
+            let length = desired.remove(&pod).map_or(0, |v| v.len());
+            self.log_once(
+                Some(&pod),
+                format!(
+                    "pod {pod}'s {ANNOTATION} list would be {length} bytes, more than the \
+                     {MAX_VALUE} the annotator publishes (Kubernetes allows 256 KiB for all of a \
+                     pod's annotations together): not published, and one published before is \
+                     removed; its GIDs are in the records on the node (pod_record.rs)"
+                ),
+            );
+        }
         let changes = plan(&desired, &self.published, &self.gone);
         // Bounded by what is to be patched: a pod whose list is published meanwhile, or whose
         // records went, starts afresh.
@@ -945,6 +969,108 @@ mod tests {
         }
         assert!(pass(&mut annotator, 3000.0).is_empty());
         assert!(annotator.retries.is_empty());
+    }
+
+    /// The annotation's size from desired()'s format: one entry with the longest values the
+    /// kernel and the plugin allow (interface and rail names of 15 bytes that JSON escapes
+    /// the most, an RDMA device name of 63 control bytes, u32 port and index) and with common
+    /// ones; a pod of 16 rails x 24 attachments of common names fits MAX_VALUE, and MAX_VALUE
+    /// stays well below Kubernetes' 256 KiB for all of a pod's annotations.
+    #[test]
+    fn the_annotation_stays_well_below_the_api_servers_limit() {
+        let p = pod("a", "aa-1");
+        let one = |interface: &str, rail: &str, device: &str, port, index| {
+            let mut r = record(&p, "net1", &[]);
+            r.rails.push(Rail {
+                interface: interface.into(),
+                rail: rail.into(),
+                device: device.into(),
+                port,
+                gid_index: index,
+                gid: "fe80:0000:0000:0000:0000:0000:0000:0001".into(),
+                addresses: vec![],
+            });
+            desired(&[r])[&p].len() - 2 // without the list's brackets
+        };
+        let worst = one(
+            &"\"".repeat(15),
+            &"\u{1}".repeat(15),
+            &"\u{1}".repeat(63),
+            u32::MAX,
+            u32::MAX,
+        );
+        assert_eq!(worst, 624, "the module's MAX_VALUE comment quotes it");
+        let common = one("net16", "ens1f1np1", "mlx5_15", 1, 131);
+        assert!(common <= 170, "{common}");
+        // 16 rails x 24 attachments of common names, one list: within MAX_VALUE.
+        let records: Vec<Record> = (0..24)
+            .map(|a| {
+                let mut r = record(&p, &format!("net{a}"), &[]);
+                r.container_id = format!("c{a}");
+                r.rails = (0..16)
+                    .map(|i| Rail {
+                        interface: format!("roce{a}r{i}"),
+                        rail: format!("ens{i}f1np1"),
+                        device: format!("mlx5_{i}"),
+                        port: 1,
+                        gid_index: 131,
+                        gid: "0000:0000:0000:0000:0000:ffff:0a38:0105".into(),
+                        addresses: vec![],
+                    })
+                    .collect();
+                r
+            })
+            .collect();
+        let value = &desired(&records)[&p];
+        assert!(value.len() <= MAX_VALUE, "{}", value.len());
+        // The worst entries: 16 rails x 6 attachments still fit.
+        assert!(96 * (worst + 1) + 2 <= MAX_VALUE);
+        // Well below the API server's limit, with room for Multus' annotations.
+        assert!(MAX_VALUE <= 256 * 1024 / 4 && ANNOTATION.len() < 64);
+    }
+
+    /// What the pass does with what it reads: a record under another attachment's name (for
+    /// a pod that has none of its own) is skipped, remembered once, and not published; a pod
+    /// whose list is longer than MAX_VALUE is not patched.
+    #[test]
+    fn a_foreign_record_and_a_too_long_list_are_not_published() {
+        use crate::tools::kube::test_server;
+        let tmp = tempfile::tempdir().unwrap();
+        let (_server, port, mut requests) = test_server::start(tmp.path());
+        let client = Client::new(
+            "127.0.0.1",
+            port,
+            &tmp.path().join("token"),
+            &tmp.path().join("ca.crt"),
+        );
+        let state = tmp.path().join("state");
+        let records = state.join("attachments");
+        let mine = record(&pod("mine", "aa-1"), "net1", &[("net1", "rdma0", 3)]);
+        pod_record::write(&records, &mine).unwrap();
+        let mut foreign = record(&pod("victim", "bb-2"), "net1", &[("net1", "rdma1", 4)]);
+        foreign.container_id = "c9".into();
+        let planted = records.join("c2_net1.json");
+        std::fs::write(&planted, serde_json::to_vec(&foreign).unwrap()).unwrap();
+        let big = pod("big", "cc-3");
+        for a in 0..40 {
+            let children: Vec<(String, String, u32)> = (0..16)
+                .map(|i| (format!("roce{a}r{i}"), format!("ens{i}f1np1"), 131))
+                .collect();
+            let borrowed: Vec<(&str, &str, u32)> = children
+                .iter()
+                .map(|(c, r, i)| (c.as_str(), r.as_str(), *i))
+                .collect();
+            let mut r = record(&big, &format!("net{a}"), &borrowed);
+            r.container_id = format!("big{a}");
+            pod_record::write(&records, &r).unwrap();
+        }
+        let mut annotator = Annotator::new(client.clone(), &state, &tmp.path().join("p.json"));
+        annotator.pass();
+        assert_eq!(sent(&mut requests, &client), ["mine"]);
+        assert!(annotator.skipped.contains(&planted));
+        assert!(annotator.logged.keys().any(|p| p.name == "big"));
+        annotator.pass();
+        assert!(sent(&mut requests, &client).is_empty());
     }
 
     #[test]
