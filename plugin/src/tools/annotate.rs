@@ -381,9 +381,8 @@ impl Annotator {
         // records went, starts afresh.
         let pending: BTreeSet<&PodRef> = changes.iter().map(|(pod, _)| pod).collect();
         self.retries.retain(|pod, _| pending.contains(pod));
-        if changes.is_empty() {
-            return;
-        }
+        // Saved only when it changed: a pod in backoff must not cost an fsync every pass.
+        let mut published_changed = false;
         for (pod, value) in changes {
             if let Some(retry) = self.retries.get(&pod) {
                 let waiting = retry.value == value && retry.at.is_none_or(|at| now < at);
@@ -416,13 +415,14 @@ impl Annotator {
                     }
                     self.logged.remove(&pod);
                     self.retries.remove(&pod);
+                    published_changed = true;
                 }
                 Outcome::Gone => {
                     println!(
                         "pod {pod} is gone or was recreated: its attachment records are not \
                          published (DEL or GC removes them)"
                     );
-                    self.published.remove(&pod);
+                    published_changed |= self.published.remove(&pod).is_some();
                     self.retries.remove(&pod);
                     if value.is_some() {
                         self.gone.insert(pod);
@@ -456,7 +456,9 @@ impl Annotator {
                 }
             }
         }
-        self.save();
+        if published_changed {
+            self.save();
+        }
     }
 
     fn log_once(&mut self, pod: Option<&PodRef>, message: String) {
@@ -963,6 +965,8 @@ mod tests {
         assert_eq!(pass(&mut annotator, 21.5), ["invalid"]);
         assert!(pass(&mut annotator, 1000.0).contains(&"broken".to_string()));
         assert!(!pass(&mut annotator, 2000.0).contains(&"invalid".to_string()));
+        // Nothing was published: nothing was written (no fsync every pass in backoff).
+        assert!(!tmp.path().join("p.json").exists());
         // Bounded: the records gone, nothing is kept for them (none was ever published).
         for cid in ["c1", "c2", "c3"] {
             pod_record::remove(&records, cid, "net1");
