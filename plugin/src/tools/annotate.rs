@@ -1077,6 +1077,48 @@ mod tests {
         assert!(sent(&mut requests, &client).is_empty());
     }
 
+    /// An API server that cannot be reached (connection refused) puts the pod in backoff
+    /// too; once it answers, the patch goes through and nothing of the backoff is kept.
+    #[test]
+    fn an_unreachable_api_server_backs_off_and_a_success_ends_it() {
+        use crate::tools::kube::test_server;
+        let tmp = tempfile::tempdir().unwrap();
+        let (_server, port, mut requests) = test_server::start(tmp.path());
+        let client = |port| {
+            Client::new(
+                "127.0.0.1",
+                port,
+                &tmp.path().join("token"),
+                &tmp.path().join("ca.crt"),
+            )
+        };
+        let closed = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let state = tmp.path().join("state");
+        let r = record(&pod("live", "aa-1"), "net1", &[("net1", "rdma0", 3)]);
+        pod_record::write(&state.join("attachments"), &r).unwrap();
+        let mut annotator = Annotator::new(client(closed), &state, &tmp.path().join("p.json"));
+        annotator.jitter = Box::new(|| 0.0);
+        let t0 = Instant::now();
+        annotator.pass_at(t0);
+        assert_eq!(annotator.retries[&pod("live", "aa-1")].failures, 1);
+        annotator.pass_at(t0 + Duration::from_secs(3));
+        assert_eq!(annotator.retries[&pod("live", "aa-1")].failures, 2);
+        annotator.client = client(port);
+        annotator.pass_at(t0 + Duration::from_secs(5));
+        assert!(
+            sent(&mut requests, &client(port)).is_empty(),
+            "in backoff until 9 s"
+        );
+        annotator.pass_at(t0 + Duration::from_secs(9));
+        assert_eq!(sent(&mut requests, &client(port)), ["live"]);
+        assert!(annotator.retries.is_empty());
+        assert!(annotator.published.contains_key(&pod("live", "aa-1")));
+    }
+
     #[test]
     fn answers_are_judged_with_what_to_do() {
         let a = pod("a", "aa-1");
