@@ -182,7 +182,8 @@ impl Client {
         ) {
             // A socket timeout is EAGAIN (WouldBlock); Deadlined's own check is TimedOut.
             format!(
-                "{what} {}: no whole response within the request's {} s deadline",
+                "{what} {}: the request's {} s deadline passed (connecting, TLS, sending and \
+                 the response together): is the API server overloaded or the network lossy?",
                 self.endpoint(),
                 self.timeout.as_secs_f32()
             )
