@@ -11,6 +11,7 @@ pub mod protocol {
     pub mod config;
     pub(crate) mod error;
     pub mod logging;
+    pub(crate) mod private_dir;
     pub(crate) mod rail_inputs;
     pub mod sysctl_keys;
 }

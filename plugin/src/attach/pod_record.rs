@@ -10,6 +10,11 @@
 //! when nothing can fail any more, so a failed ADD leaves none; DEL and GC remove it, never
 //! failing over it. Without the Kubernetes arguments (plain libcni, podman) nothing is written:
 //! there is no pod object to publish to.
+//!
+//! The plugin (root) writes and removes files there, so [`DIR`] and its parent /run/roce-ipvlan
+//! must be its own (protocol/private_dir.rs: created 0700, no symbolic link in their place,
+//! owned by the plugin's user and writable by nobody else); otherwise nothing is written or
+//! removed there, and the log says what was found and what to do.
 
 use std::fs;
 use std::io::{self, Read};
@@ -128,7 +133,10 @@ pub fn file_name(container_id: &str, ifname: &str) -> Option<String> {
     ok.then(|| format!("{container_id}_{ifname}.json"))
 }
 
-/// Writes the record into `dir` (created 0755 if missing) atomically, mode 0644.
+/// Writes the record into `dir` (and its parent: created 0700 if missing, and checked, see
+/// above) atomically, mode 0600: the
+/// annotator that reads it runs as root, the owner, and nobody else on the node needs to see
+/// which pod has which addresses and GIDs.
 pub fn write(dir: &Path, record: &Record) -> io::Result<PathBuf> {
     let name = file_name(&record.container_id, &record.ifname).ok_or_else(|| {
         io::Error::new(
@@ -139,10 +147,10 @@ pub fn write(dir: &Path, record: &Record) -> io::Result<PathBuf> {
             ),
         )
     })?;
-    fs::create_dir_all(dir)?;
+    crate::protocol::private_dir::open_dir_and_parent(dir, 0o700)?;
     let path = dir.join(name);
     let text = serde_json::to_vec(record).expect("a record always serializes");
-    crate::kernel::atomic_file::write(&path, &text, 0o644)?;
+    crate::kernel::atomic_file::write(&path, &text, 0o600)?;
     Ok(path)
 }
 
@@ -152,6 +160,10 @@ pub fn remove(dir: &Path, container_id: &str, ifname: &str) {
     let Some(name) = file_name(container_id, ifname) else {
         return;
     };
+    if let Err(e) = crate::protocol::private_dir::open_dir_and_parent(dir, 0o700) {
+        tracing::warn!(error = %e, "attachment record not removed");
+        return;
+    }
     let path = dir.join(name);
     match fs::remove_file(&path) {
         Ok(()) => tracing::info!(path = %path.display(), "attachment record removed"),
@@ -166,8 +178,9 @@ pub fn remove(dir: &Path, container_id: &str, ifname: &str) {
 pub type Entry = (PathBuf, Result<Record, String>);
 
 /// Every record in `dir` (none when it does not exist), in name order. Temporary files of a
-/// write in progress (`.name.tmp`) are not listed; a file that is too large, not JSON, of
-/// another version or with a malformed pod comes with the reason it is skipped.
+/// write in progress (`.name.tmp`) are not listed; a file that is not a regular file (a
+/// symbolic link, a FIFO), too large, not JSON, of another version, with a malformed pod or
+/// naming another attachment than its file name comes with the reason it is skipped.
 pub fn read_all(dir: &Path) -> io::Result<Vec<Entry>> {
     let entries = match fs::read_dir(dir) {
         Ok(e) => e,
@@ -194,9 +207,23 @@ pub fn read_all(dir: &Path) -> io::Result<Vec<Entry>> {
 }
 
 fn read_one(path: &Path) -> Result<Record, String> {
+    use std::os::unix::fs::OpenOptionsExt;
     let mut text = Vec::new();
-    fs::File::open(path)
-        .and_then(|f| f.take(MAX_BYTES + 1).read_to_end(&mut text))
+    // Not followed, and never waited on: the annotator must not read another file as a record,
+    // nor hang on a FIFO.
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => "a symbolic link, not a record".to_string(),
+            _ => format!("cannot read it: {e}"),
+        })?;
+    if !file.metadata().is_ok_and(|m| m.is_file()) {
+        return Err("not a regular file".into());
+    }
+    file.take(MAX_BYTES + 1)
+        .read_to_end(&mut text)
         .map_err(|e| format!("cannot read it: {e}"))?;
     if text.len() as u64 > MAX_BYTES {
         return Err(format!("larger than {MAX_BYTES} bytes"));
@@ -212,12 +239,30 @@ fn read_one(path: &Path) -> Result<Record, String> {
     if !record.pod.is_valid() {
         return Err(format!("malformed pod {}", record.pod));
     }
+    // write() names the file after the attachment and DEL removes it by that name: a record
+    // under another name was not written by the plugin, and no DEL would ever remove it.
+    let expected = file_name(&record.container_id, &record.ifname);
+    let name = path.file_name().and_then(|n| n.to_str());
+    if expected.as_deref() != name {
+        return Err(format!(
+            "it names attachment {:?}/{:?} (pod {}), whose record would be {}: not written by \
+             the plugin under this name, so no DEL removes it; remove it by hand",
+            record.container_id,
+            record.ifname,
+            record.pod,
+            expected.as_deref().unwrap_or("none (names ADD refuses)")
+        ));
+    }
     Ok(record)
 }
 
 /// GC: removes the records of `network` whose attachment is not among `valid` (containerID,
 /// ifname); other networks' records are theirs to collect. Best-effort: returns how many went.
 pub fn gc(dir: &Path, network: &str, valid: &[(String, String)]) -> usize {
+    if let Err(e) = crate::protocol::private_dir::open_dir_and_parent(dir, 0o700) {
+        tracing::warn!(error = %e, "GC: attachment records not collected");
+        return 0;
+    }
     let entries = match read_all(dir) {
         Ok(e) => e,
         Err(e) => {
@@ -331,6 +376,13 @@ mod tests {
         let record = sample("c1", "net1", "rails");
         let path = write(&dir, &record).unwrap();
         assert_eq!(path, dir.join("c1_net1.json"));
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&path), 0o600);
+        // An older release's 0644 record, written again: 0600 too.
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
+        write(&dir, &record).unwrap();
+        assert_eq!(mode(&path), 0o600);
         fs::write(dir.join("garbage.json"), "{").unwrap();
         fs::write(dir.join(".c2_net1.json.1.0.tmp"), "{").unwrap();
         let mut other = sample("c3", "net1", "rails");
@@ -348,15 +400,129 @@ mod tests {
         assert!(write(&dir, &sample("../x", "net1", "rails")).is_err());
     }
 
+    /// The records' directory must be the plugin's own: a symbolic link in its place, or a
+    /// directory others may write, gets no record (ADD's record is best-effort: the attachment
+    /// stands, the log says why), and DEL and GC remove nothing through it.
+    #[test]
+    fn records_go_only_into_a_directory_of_the_plugins_own() {
+        use std::os::unix::fs::{symlink, PermissionsExt};
+        let tmp = tempfile::tempdir().unwrap();
+        let state = tmp.path().join("roce-ipvlan");
+        let dir = state.join("attachments");
+        let record = sample("c1", "net1", "rails");
+        write(&dir, &record).unwrap();
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!((mode(&state), mode(&dir)), (0o700, 0o700));
+
+        // A symbolic link to another directory: nothing written, removed or collected there.
+        fs::remove_dir_all(&dir).unwrap();
+        let elsewhere = tmp.path().join("elsewhere");
+        fs::create_dir(&elsewhere).unwrap();
+        symlink(&elsewhere, &dir).unwrap();
+        let err = write(&dir, &record).unwrap_err().to_string();
+        assert!(
+            err.contains("not a directory") && err.contains("symbolic link"),
+            "{err}"
+        );
+        assert_eq!(fs::read_dir(&elsewhere).unwrap().count(), 0);
+        let planted = elsewhere.join("c1_net1.json");
+        fs::write(&planted, serde_json::to_vec(&record).unwrap()).unwrap();
+        remove(&dir, "c1", "net1");
+        assert_eq!(gc(&dir, "rails", &[]), 0);
+        assert!(planted.exists(), "removed through the symbolic link");
+
+        // Group-writable: refused, with the mode found and what to do.
+        fs::remove_file(&dir).unwrap();
+        fs::create_dir(&dir).unwrap();
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o770)).unwrap();
+        let err = write(&dir, &record).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::PermissionDenied, "{err}");
+        let m = err.to_string();
+        assert!(m.contains("mode 770") && m.contains("chmod go-w"), "{m}");
+        assert!(!dir.join("c1_net1.json").exists());
+
+        // Fixed as the message says: written.
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o750)).unwrap();
+        assert_eq!(write(&dir, &record).unwrap(), dir.join("c1_net1.json"));
+    }
+
+    /// What the annotator reads is checked: a record under another attachment's file name,
+    /// one larger than MAX_BYTES (even if valid JSON), a symbolic link and a FIFO are skipped
+    /// with the reason; a record of exactly MAX_BYTES is read.
+    #[test]
+    fn only_the_plugins_own_records_are_read() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("attachments");
+        let record = sample("c1", "net1", "rails");
+        write(&dir, &record).unwrap();
+        let text = serde_json::to_string(&record).unwrap();
+        // Another pod's attachment under c2's name; a file name that is no attachment's.
+        let mut other = sample("c9", "net1", "rails");
+        other.pod.name = "victim".into();
+        fs::write(
+            dir.join("c2_net1.json"),
+            serde_json::to_vec(&other).unwrap(),
+        )
+        .unwrap();
+        fs::write(dir.join("zz.json"), &text).unwrap();
+        // Padded with whitespace (still a valid record) to the limit, and one byte past it.
+        let padded = |n: u64| format!("{text}{}", " ".repeat(n as usize - text.len()));
+        fs::write(dir.join("c3_net1.json"), padded(MAX_BYTES + 1)).unwrap();
+        let at_limit = sample("c4", "net1", "rails");
+        let limit_text = serde_json::to_string(&at_limit).unwrap();
+        fs::write(
+            dir.join("c4_net1.json"),
+            format!(
+                "{limit_text}{}",
+                " ".repeat(MAX_BYTES as usize - limit_text.len())
+            ),
+        )
+        .unwrap();
+        std::os::unix::fs::symlink(dir.join("c1_net1.json"), dir.join("c5_net1.json")).unwrap();
+        nix::unistd::mkfifo(&dir.join("c6_net1.json"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+
+        let all = read_all(&dir).unwrap();
+        let by_name = |n: &str| {
+            &all.iter()
+                .find(|(p, _)| p.file_name().unwrap() == n)
+                .unwrap_or_else(|| panic!("{n} not listed"))
+                .1
+        };
+        assert_eq!(by_name("c1_net1.json").as_ref().unwrap(), &record);
+        let err = by_name("c2_net1.json").as_ref().unwrap_err();
+        assert!(
+            err.contains("\"c9\"/\"net1\"") && err.contains("c9_net1.json"),
+            "{err}"
+        );
+        assert!(err.contains("ml/victim"), "{err}");
+        assert!(by_name("zz.json")
+            .as_ref()
+            .unwrap_err()
+            .contains("c1_net1.json"));
+        let err = by_name("c3_net1.json").as_ref().unwrap_err();
+        assert_eq!(err, &format!("larger than {MAX_BYTES} bytes"));
+        assert_eq!(by_name("c4_net1.json").as_ref().unwrap(), &at_limit);
+        assert!(by_name("c5_net1.json")
+            .as_ref()
+            .unwrap_err()
+            .contains("symbolic link"));
+        assert_eq!(
+            by_name("c6_net1.json").as_ref().unwrap_err(),
+            "not a regular file"
+        );
+        assert_eq!(all.len(), 7);
+    }
+
     #[test]
     fn gc_removes_only_its_networks_stale_records() {
-        let dir = tempfile::tempdir().unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("attachments");
         for (cid, net) in [("live", "rails"), ("dead", "rails"), ("other", "storage")] {
-            write(dir.path(), &sample(cid, "net1", net)).unwrap();
+            write(&dir, &sample(cid, "net1", net)).unwrap();
         }
         let valid = vec![("live".to_string(), "net1".to_string())];
-        assert_eq!(gc(dir.path(), "rails", &valid), 1);
-        let left: Vec<_> = read_all(dir.path())
+        assert_eq!(gc(&dir, "rails", &valid), 1);
+        let left: Vec<_> = read_all(&dir)
             .unwrap()
             .into_iter()
             .map(|(_, r)| r.unwrap().container_id)

@@ -15,14 +15,20 @@
 //! in one bucket only wait for each other. The kernel releases a lock when its holder dies, so
 //! a killed invocation never blocks the next. Order, which rules out a deadlock: the attachment
 //! lock first, then the pod lock, and DEL takes only the first.
+//!
+//! The lock directory and its parent, /run/roce-ipvlan, are the plugin's own
+//! (protocol/private_dir.rs: created 0700, no symbolic link, owned by the plugin's user and
+//! writable by nobody else), checked once per process; a lock file is opened relative to the
+//! checked directory without following a symbolic link.
 
-use std::fs::{File, OpenOptions};
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
+use std::fs::File;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::Path;
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use crate::protocol::error::{Error, Result};
+use crate::protocol::private_dir;
 
 pub const LOCK_DIR: &str = "/run/roce-ipvlan/locks";
 const BUCKETS: u64 = 1024;
@@ -78,12 +84,35 @@ fn fnv1a(parts: &[&[u8]]) -> u64 {
 
 /// Takes the lock of `key` in [`LOCK_DIR`], waiting at most `limit`.
 pub fn acquire(key: &Key, limit: Duration) -> Result<Held> {
-    acquire_in(Path::new(LOCK_DIR), key, limit)
+    // Checked once: an ADD with 16 rails takes the pod lock once per rail.
+    static DIR: OnceLock<OwnedFd> = OnceLock::new();
+    let dir = match DIR.get() {
+        Some(fd) => fd,
+        None => {
+            let fd = open_dir(Path::new(LOCK_DIR))?;
+            DIR.get_or_init(|| fd)
+        }
+    };
+    acquire_at(dir, Path::new(LOCK_DIR), key, limit)
 }
 
+/// [`acquire`] in another directory, checked on every call (the tests' temporary ones).
+#[cfg(test)]
 pub fn acquire_in(dir: &Path, key: &Key, limit: Duration) -> Result<Held> {
+    acquire_at(&open_dir(dir)?, dir, key, limit)
+}
+
+/// The lock directory `dir` and its parent, created 0700 when missing, under private_dir.rs's
+/// rule; 108 with what was found and what to do otherwise.
+fn open_dir(dir: &Path) -> Result<OwnedFd> {
+    private_dir::open_dir_and_parent(dir, 0o700)
+        .map_err(|e| Error::io("cannot use the lock directory", e))
+}
+
+/// The lock of `key` in the directory `dir_fd` (at `dir`, for messages).
+fn acquire_at(dir_fd: &OwnedFd, dir: &Path, key: &Key, limit: Duration) -> Result<Held> {
     let path = dir.join(key.file_name());
-    let file = open(dir, &path)
+    let file = open(dir_fd, &key.file_name())
         .map_err(|e| Error::io(format!("cannot open lock file {}", path.display()), e))?;
     let deadline = Instant::now() + limit;
     let mut pause = Duration::from_millis(1);
@@ -122,18 +151,16 @@ pub fn acquire_in(dir: &Path, key: &Key, limit: Duration) -> Result<Held> {
     }
 }
 
-fn open(dir: &Path, path: &PathBuf) -> std::io::Result<File> {
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)?;
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)
+fn open(dir: &OwnedFd, name: &str) -> std::io::Result<File> {
+    use nix::fcntl::{openat, OFlag};
+    let flags = OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let fd = openat(
+        dir,
+        name,
+        flags,
+        nix::sys::stat::Mode::from_bits_truncate(0o600),
+    )?;
+    Ok(File::from(fd))
 }
 
 #[cfg(test)]
@@ -158,14 +185,15 @@ mod tests {
 
     #[test]
     fn a_held_lock_makes_the_next_wait_and_time_out_then_frees_on_drop() {
-        let dir = tempfile::tempdir().unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("locks");
         let key = Key::attachment("c1", "net1");
-        let held = acquire_in(dir.path(), &key, Duration::from_millis(10)).unwrap();
-        let err = acquire_in(dir.path(), &key, Duration::from_millis(30)).unwrap_err();
+        let held = acquire_in(&dir, &key, Duration::from_millis(10)).unwrap();
+        let err = acquire_in(&dir, &key, Duration::from_millis(30)).unwrap_err();
         assert_eq!(err.code(), 11, "{err}");
         assert!(err.to_string().contains("attachment c1/net1"), "{err}");
         drop(held);
-        acquire_in(dir.path(), &key, Duration::from_millis(10)).unwrap();
+        acquire_in(&dir, &key, Duration::from_millis(10)).unwrap();
     }
 
     /// The mechanism of issue #25, item 7: a lock that another holder keeps for a short while
@@ -173,16 +201,60 @@ mod tests {
     /// it), and can with a wait of its own.
     #[test]
     fn a_briefly_held_lock_needs_a_wait_of_its_own() {
-        let dir = tempfile::tempdir().unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("locks");
         let key = Key::pod(3, 4026532000);
-        let held = acquire_in(dir.path(), &key, Duration::ZERO).unwrap();
-        let err = acquire_in(dir.path(), &key, Duration::ZERO).unwrap_err();
+        let held = acquire_in(&dir, &key, Duration::ZERO).unwrap();
+        let err = acquire_in(&dir, &key, Duration::ZERO).unwrap_err();
         assert_eq!(err.code(), 11, "{err}");
         let release = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(100));
             drop(held);
         });
-        acquire_in(dir.path(), &key, Duration::from_secs(5)).unwrap();
+        acquire_in(&dir, &key, Duration::from_secs(5)).unwrap();
         release.join().unwrap();
+    }
+
+    /// The lock directory of the plugin's own only: a symbolic link in its place (to a
+    /// directory where root's lock files would land), or one others may write, fails the
+    /// invocation with 108 saying what was found and what to do; a lock file that is a
+    /// symbolic link is not followed.
+    #[test]
+    fn a_lock_directory_in_the_wrong_hands_is_refused_with_what_to_do() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let state = tmp.path().join("roce-ipvlan");
+        let dir = state.join("locks");
+        let key = Key::attachment("c1", "net1");
+        acquire_in(&dir, &key, Duration::ZERO).unwrap();
+        let mode = std::fs::metadata(&dir).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
+
+        std::fs::remove_dir_all(&dir).unwrap();
+        let elsewhere = tmp.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &dir).unwrap();
+        let err = acquire_in(&dir, &key, Duration::ZERO).unwrap_err();
+        assert_eq!(err.code(), 108, "{err}");
+        let m = err.to_string();
+        assert!(m.starts_with("cannot use the lock directory: "), "{m}");
+        assert!(
+            m.contains("not a directory") && m.contains("remove it"),
+            "{m}"
+        );
+        assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+
+        std::fs::remove_file(&dir).unwrap();
+        acquire_in(&dir, &key, Duration::ZERO).unwrap();
+        std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let err = acquire_in(&dir, &key, Duration::ZERO).unwrap_err();
+        assert_eq!(err.code(), 108, "{err}");
+        assert!(err.to_string().contains("writable by nobody else"), "{err}");
+        std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o700)).unwrap();
+
+        std::fs::remove_file(dir.join(key.file_name())).unwrap();
+        std::os::unix::fs::symlink(elsewhere.join("x"), dir.join(key.file_name())).unwrap();
+        assert!(acquire_in(&dir, &key, Duration::ZERO).is_err());
+        assert!(!elsewhere.join("x").exists());
     }
 }

@@ -14,7 +14,7 @@
 //!   or another pod's `/var/log/pods` file. Anything else is refused at parse time (code 7);
 //! - the directory is created `0755` if missing, then opened with `O_NOFOLLOW | O_DIRECTORY`
 //!   (a symlink in its place is refused) and must be owned by the plugin's user and writable
-//!   by nobody else;
+//!   by nobody else (private_dir.rs, the rule of every directory the plugin writes in);
 //! - the file is opened relative to that directory with `O_NOFOLLOW` (a symlink is refused,
 //!   not followed) and `O_NONBLOCK` (a FIFO planted there cannot hang the plugin), must be a
 //!   regular file, and is created `0600` if new.
@@ -25,7 +25,6 @@
 
 use std::fs::File;
 use std::io::{self, Write};
-use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -127,32 +126,13 @@ fn check_path_in(path: &Path, dir: &Path) -> Result<(), String> {
 /// Opens `path` (a file directly in `dir`) for appending under the rules of the module
 /// documentation.
 pub fn open_log_file(path: &Path, dir: &Path) -> Result<File, String> {
-    use nix::fcntl::{open, openat, OFlag};
+    use nix::fcntl::{openat, OFlag};
     use nix::sys::stat::Mode;
     check_path_in(path, dir)?;
     let name = path.file_name().expect("check_path_in: a file in dir");
-    match std::fs::DirBuilder::new().mode(0o755).create(dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(format!("cannot create {}: {e}", dir.display())),
-    }
-    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-    let dir_fd = open(dir, flags, Mode::empty()).map_err(|e| match e {
-        nix::Error::ELOOP | nix::Error::ENOTDIR => {
-            format!("{} is not a directory (a symbolic link?)", dir.display())
-        }
-        e => format!("cannot open {}: {e}", dir.display()),
-    })?;
-    let meta = nix::sys::stat::fstat(&dir_fd).map_err(|e| e.to_string())?;
-    if meta.st_uid != nix::unistd::geteuid().as_raw() || meta.st_mode & 0o022 != 0 {
-        return Err(format!(
-            "{} must be owned by the plugin's user and writable by nobody else (it is uid {}, \
-             mode {:o})",
-            dir.display(),
-            meta.st_uid,
-            meta.st_mode & 0o7777
-        ));
-    }
+    // 0755 as before: a log directory others may read is what operators expect; the file
+    // itself is 0600.
+    let dir_fd = crate::protocol::private_dir::open_dir(dir, 0o755).map_err(|e| e.to_string())?;
     let fd = openat(
         &dir_fd,
         name,

@@ -15,7 +15,11 @@
 //! tmpfs records are gone), still removes the annotation of a pod detached meanwhile.
 //!
 //! Failures (the API server unreachable, RBAC missing) go to the container's log with what to
-//! do, once per pod and message, and are retried on the next pass; they never stop it.
+//! do, once per pod and message, and never stop it. A failed pod is tried again after a
+//! backoff of its own ([`backoff`]: from one pass, doubling, up to 5 minutes, with jitter, and
+//! at least the server's `Retry-After`), so a node's pods do not hammer an API server that
+//! refuses them every 3 s; a patch refused as invalid (422) is tried again only when the pod's
+//! list changes. A success, or a new list for the pod, ends its backoff.
 //!
 //! A binary of its own (src/main_annotate.rs) rather than a subcommand of `roce-ipvlan`: the
 //! HTTPS client (rustls and ring, about 1 MB) stays out of the plugin that Multus runs as root
@@ -23,7 +27,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
@@ -41,8 +45,41 @@ pub const DEFAULT_STATE_DIR: &str = "/host/run/roce-ipvlan";
 /// restart as the pods' annotations do.
 pub const DEFAULT_PUBLISHED: &str = "/host/var/lib/roce-ipvlan/annotated.json";
 
+/// The largest list published for one pod. Kubernetes allows 256 KiB for all of a pod's
+/// annotations together (Multus' network-status among them); an entry takes about 170 bytes
+/// with common names and at most 624 with the longest the kernel allows (the tests compute
+/// both), so this holds 16 rails x 24 attachments of common names. A longer list is not
+/// published: the patch would fail, or crowd out the other annotations.
+pub const MAX_VALUE: usize = 64 * 1024;
+
 /// How often the records are read.
 pub const INTERVAL: Duration = Duration::from_secs(3);
+
+/// The first wait after a failed patch of a pod: one pass.
+pub const BACKOFF_MIN: Duration = INTERVAL;
+
+/// The longest wait between two patches of one pod, also for a longer `Retry-After`.
+pub const BACKOFF_MAX: Duration = Duration::from_secs(300);
+
+/// How long to wait before patching a pod again after its `failures`-th failure in a row (1
+/// for the first): [`BACKOFF_MIN`] doubled each time up to [`BACKOFF_MAX`], less a random
+/// part of up to half of it (`jitter`, 0 to 1), so that pods that failed together (the API
+/// server was down) come back spread out; never less than one pass, and at least the server's
+/// `Retry-After` (capped at [`BACKOFF_MAX`]: a wrong header must not stop the annotator).
+pub fn backoff(failures: u32, jitter: f64, retry_after: Option<Duration>) -> Duration {
+    let factor = 1u32
+        .checked_shl(failures.saturating_sub(1))
+        .unwrap_or(u32::MAX);
+    let doubled = BACKOFF_MIN.saturating_mul(factor).min(BACKOFF_MAX);
+    // NaN would make mul_f64 panic; taken as no jitter.
+    let jitter = if jitter.is_nan() {
+        0.0
+    } else {
+        jitter.clamp(0.0, 1.0)
+    };
+    let jittered = doubled.mul_f64(1.0 - jitter / 2.0).max(BACKOFF_MIN);
+    jittered.max(retry_after.unwrap_or_default().min(BACKOFF_MAX))
+}
 
 /// One child of a pod's attachments, as the annotation lists it.
 #[derive(Debug, Serialize)]
@@ -127,45 +164,134 @@ pub enum Outcome {
     Done,
     /// The pod no longer exists, or another pod has its name now.
     Gone,
-    Failed(String),
+    /// Tried again after a backoff, at least the server's `Retry-After`.
+    Failed {
+        message: String,
+        retry_after: Option<Duration>,
+    },
+    /// Refused for what the patch says (a 422 other than the UID's): the same patch would be
+    /// refused again, so it is tried again only when the pod's list changes.
+    Refused(String),
+}
+
+impl Outcome {
+    fn failed(message: String) -> Outcome {
+        Outcome::Failed {
+            message,
+            retry_after: None,
+        }
+    }
 }
 
 /// Judges the API server's answer to a patch of `pod`.
 pub fn judge(pod: &PodRef, response: &Response) -> Outcome {
     let message = response.message();
+    let failed = |message| Outcome::Failed {
+        message,
+        retry_after: response.retry_after,
+    };
     match response.status {
         200..=299 => Outcome::Done,
         404 => Outcome::Gone,
+        // Before the UID rule below: a policy's own message may say "uid". Not Refused as
+        // other 422s are: the remedy is the token or the API server, not the patch.
+        403 | 422 if message.contains("ValidatingAdmissionPolicy") => {
+            failed(policy_refusal(pod, response.status, &message))
+        }
         // The UID in the patch is immutable: another pod of that name answers 422
         // "metadata.uid: Invalid value: …: field is immutable" (kube-apiserver 1.36); a 409
         // "Precondition failed: UID in precondition" is the same refusal elsewhere.
         409 | 422 if message.to_ascii_lowercase().contains("uid") => Outcome::Gone,
-        401 => Outcome::Failed(format!(
+        401 => failed(format!(
             "the API server refused the service account token (401 Unauthorized: {message}): \
              check that the installer's pod mounts its token (automountServiceAccountToken) \
              and that its service account exists"
         )),
-        403 => Outcome::Failed(format!(
+        403 => failed(format!(
             "the installer may not patch pod {pod} (403 Forbidden: {message}): its service \
              account needs the verb \"patch\" on the resource \"pods\" (core API group); apply \
              the ClusterRole and ClusterRoleBinding roce-ipvlan-installer of deploy/ or the \
              chart (docs/deploy.md#gid-indexes-in-the-pod-object)"
         )),
-        status => Outcome::Failed(format!(
-            "patching pod {pod} got HTTP {status}: {message}; retried on the next pass"
+        422 => Outcome::Refused(format!(
+            "the API server refused the patch of pod {pod} as invalid (422: {message}): not \
+             tried again until the pod's GIDs change (or the annotate container restarts); \
+             a policy of the cluster may refuse the {ANNOTATION} annotation"
+        )),
+        status => failed(format!(
+            "patching pod {pod} got HTTP {status}: {message}; tried again after a backoff \
+             (at most {} s)",
+            BACKOFF_MAX.as_secs()
         )),
     }
 }
 
-/// The annotator's memory: what it published, what it found gone, what it last logged.
+/// The message for a ValidatingAdmissionPolicy's refusal, which kube-apiserver words
+/// `pods "x" is forbidden: ValidatingAdmissionPolicy 'P' with binding 'B' denied request: M`.
+/// The installer's policy (roce-ipvlan-installer-own-node, docs/security.md) tells the pod's
+/// node by the node name in the service account token, so a token without one (an old API
+/// server, a long-lived token Secret) makes every patch fail this way.
+fn policy_refusal(pod: &PodRef, status: u16, message: &str) -> String {
+    let after = message
+        .split_once("ValidatingAdmissionPolicy '")
+        .and_then(|(_, rest)| rest.split_once('\''));
+    let (policy, why) = match after {
+        Some((policy, rest)) => (
+            format!("'{policy}'"),
+            rest.split_once("denied request: ")
+                .map_or(message, |(_, why)| why.trim()),
+        ),
+        None => ("(unnamed)".to_string(), message),
+    };
+    format!(
+        "the ValidatingAdmissionPolicy {policy} refused the patch of pod {pod} (HTTP {status}: \
+         {why}): it lets the installer change only the {ANNOTATION} annotation, and only of \
+         pods whose spec.nodeName is the node named in its service account token \
+         (authentication.kubernetes.io/node-name). Check that the annotate container uses the \
+         pod's projected service account token (automountServiceAccountToken, not a token \
+         Secret), and the API server's version: kube-apiserver before 1.30, or 1.30 and 1.31 \
+         with the feature gate ServiceAccountTokenPodNodeInfo off, puts no node name in the \
+         token and every patch is refused (docs/security.md)"
+    )
+}
+
+/// The annotator's memory: what it published, what it found gone, what failed and when to
+/// try it again, what it last logged.
 pub struct Annotator {
     client: Client,
     records: PathBuf,
     state_file: PathBuf,
     published: BTreeMap<PodRef, String>,
     gone: BTreeSet<PodRef>,
+    retries: BTreeMap<PodRef, Retry>,
+    /// 0 to 1, for [`backoff`]; a fixed one in tests.
+    jitter: Box<dyn FnMut() -> f64>,
     logged: BTreeMap<PodRef, String>,
     skipped: BTreeSet<PathBuf>,
+}
+
+/// A pod whose last patch failed.
+struct Retry {
+    /// What that patch was to set (None: the removal); another value is sent at once.
+    value: Option<String>,
+    failures: u32,
+    /// When to try again; None after a Refused patch, until the value changes.
+    at: Option<Instant>,
+}
+
+/// Jitter for [`backoff`]: xorshift64 seeded from the clock and the PID. Not for secrets, only
+/// to keep the annotators of many nodes (and the pods of one) from retrying in step.
+fn jitter_source() -> Box<dyn FnMut() -> f64> {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let mut state = (nanos ^ u64::from(std::process::id()).rotate_left(32)) | 1;
+    Box::new(move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state >> 11) as f64 / (1u64 << 53) as f64
+    })
 }
 
 #[derive(Serialize, serde::Deserialize)]
@@ -193,13 +319,20 @@ impl Annotator {
             state_file,
             published,
             gone: BTreeSet::new(),
+            retries: BTreeMap::new(),
+            jitter: jitter_source(),
             logged: BTreeMap::new(),
             skipped: BTreeSet::new(),
         }
     }
 
-    /// One pass: read the records, patch what changed, remember it.
+    /// One pass: read the records, patch what changed (unless its pod is in backoff),
+    /// remember it.
     pub fn pass(&mut self) {
+        self.pass_at(Instant::now());
+    }
+
+    fn pass_at(&mut self, now: Instant) {
         let entries = match pod_record::read_all(&self.records) {
             Ok(e) => e,
             Err(e) => {
@@ -221,24 +354,51 @@ impl Annotator {
                 }
             }
         }
-        let desired = desired(&records);
+        let mut desired = desired(&records);
         // Forget what no record names any more: bounded by the node's records.
         self.gone.retain(|pod| desired.contains_key(pod));
         self.logged
             .retain(|pod, _| desired.contains_key(pod) || self.published.contains_key(pod));
-        let changes = plan(&desired, &self.published, &self.gone);
-        if changes.is_empty() {
-            return;
+        let too_long: Vec<PodRef> = desired
+            .iter()
+            .filter(|(_, value)| value.len() > MAX_VALUE)
+            .map(|(pod, _)| pod.clone())
+            .collect();
+        for pod in too_long {
+            let length = desired.remove(&pod).map_or(0, |v| v.len());
+            self.log_once(
+                Some(&pod),
+                format!(
+                    "pod {pod}'s {ANNOTATION} list would be {length} bytes, more than the \
+                     {MAX_VALUE} the annotator publishes (Kubernetes allows 256 KiB for all of a \
+                     pod's annotations together): not published, and one published before is \
+                     removed; its GIDs are in the records on the node (pod_record.rs)"
+                ),
+            );
         }
+        let changes = plan(&desired, &self.published, &self.gone);
+        // Bounded by what is to be patched: a pod whose list is published meanwhile, or whose
+        // records went, starts afresh.
+        let pending: BTreeSet<&PodRef> = changes.iter().map(|(pod, _)| pod).collect();
+        self.retries.retain(|pod, _| pending.contains(pod));
+        // Saved only when it changed: a pod in backoff must not cost an fsync every pass.
+        let mut published_changed = false;
         for (pod, value) in changes {
+            if let Some(retry) = self.retries.get(&pod) {
+                let waiting = retry.value == value && retry.at.is_none_or(|at| now < at);
+                if waiting {
+                    continue;
+                }
+            }
             let outcome = match self.client.patch(
                 &pod_path(&pod),
                 "application/merge-patch+json",
                 patch_body(&pod, value.as_deref()).as_bytes(),
             ) {
                 Ok(response) => judge(&pod, &response),
-                Err(e) => Outcome::Failed(format!(
-                    "cannot patch pod {pod}: {e}; retried on the next pass"
+                Err(e) => Outcome::failed(format!(
+                    "cannot patch pod {pod}: {e}; tried again after a backoff (at most {} s)",
+                    BACKOFF_MAX.as_secs()
                 )),
             };
             match outcome {
@@ -254,21 +414,51 @@ impl Annotator {
                         }
                     }
                     self.logged.remove(&pod);
+                    self.retries.remove(&pod);
+                    published_changed = true;
                 }
                 Outcome::Gone => {
                     println!(
                         "pod {pod} is gone or was recreated: its attachment records are not \
                          published (DEL or GC removes them)"
                     );
-                    self.published.remove(&pod);
+                    published_changed |= self.published.remove(&pod).is_some();
+                    self.retries.remove(&pod);
                     if value.is_some() {
                         self.gone.insert(pod);
                     }
                 }
-                Outcome::Failed(message) => self.log_once(Some(&pod), message),
+                Outcome::Failed {
+                    message,
+                    retry_after,
+                } => {
+                    self.log_once(Some(&pod), message);
+                    let failures = match self.retries.get(&pod) {
+                        Some(retry) if retry.value == value => retry.failures.saturating_add(1),
+                        _ => 1,
+                    };
+                    let at = now + backoff(failures, (self.jitter)(), retry_after);
+                    let retry = Retry {
+                        value,
+                        failures,
+                        at: Some(at),
+                    };
+                    self.retries.insert(pod, retry);
+                }
+                Outcome::Refused(message) => {
+                    self.log_once(Some(&pod), message);
+                    let retry = Retry {
+                        value,
+                        failures: 0,
+                        at: None,
+                    };
+                    self.retries.insert(pod, retry);
+                }
             }
         }
-        self.save();
+        if published_changed {
+            self.save();
+        }
     }
 
     fn log_once(&mut self, pod: Option<&PodRef>, message: String) {
@@ -297,7 +487,8 @@ impl Annotator {
             Some(dir) => std::fs::create_dir_all(dir),
             None => Ok(()),
         }
-        .and_then(|()| crate::kernel::atomic_file::write(&self.state_file, &text, 0o644));
+        // 0600: it names the node's pods; only the annotator (root) reads it back.
+        .and_then(|()| crate::kernel::atomic_file::write(&self.state_file, &text, 0o600));
         if let Err(e) = written {
             self.log_once(
                 None,
@@ -617,6 +808,13 @@ mod tests {
             serde_json::Value::Null
         );
         assert!(restarted.published.is_empty());
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&published).unwrap().permissions().mode();
+        assert_eq!(
+            mode & 0o777,
+            0o600,
+            "what was published is the annotator's own"
+        );
         restarted.pass();
         // Only now a request of this test's own: had either pass sent one, it would be read here.
         let probe = Client::new(
@@ -633,6 +831,294 @@ mod tests {
         );
     }
 
+    /// The installer's own-node policy refusing a patch (as kube-apiserver 1.32 words it):
+    /// the log names the policy and its message and says what to check, not RBAC's remedy;
+    /// also as a 422 (a validation with reason Invalid), and with "uid" in the policy's
+    /// message, which is not the UID refusal.
+    #[test]
+    fn an_admission_policys_refusal_names_the_policy_and_the_token() {
+        let a = pod("a", "aa-1");
+        let denied = |status, why: &str| Response {
+            status,
+            body: serde_json::json!({"kind": "Status", "reason": "Forbidden", "message": format!(
+                "pods \"a\" is forbidden: ValidatingAdmissionPolicy \
+                 'roce-ipvlan-installer-own-node' with binding 'roce-ipvlan-installer-own-node' \
+                 denied request: {why}")})
+            .to_string()
+            .into_bytes(),
+            retry_after: None,
+        };
+        for (status, why) in [
+            (403, "only pods on the installer's own node"),
+            (422, "only the roce-ipvlan.io/gids annotation"),
+            (422, "the token names no node; see the uid of the pod"),
+        ] {
+            let Outcome::Failed { message: m, .. } = judge(&a, &denied(status, why)) else {
+                panic!("{status} {why}: a failure");
+            };
+            assert!(
+                m.contains("ValidatingAdmissionPolicy 'roce-ipvlan-installer-own-node'"),
+                "{m}"
+            );
+            assert!(m.contains(&format!("HTTP {status}: {why})")), "{m}");
+            for hint in [
+                "spec.nodeName",
+                "projected service account token",
+                "ServiceAccountTokenPodNodeInfo",
+                "1.30",
+                "docs/security.md",
+            ] {
+                assert!(m.contains(hint), "{hint}: {m}");
+            }
+            assert!(!m.contains("ClusterRole"), "not RBAC's remedy: {m}");
+        }
+    }
+
+    #[test]
+    fn backoff_doubles_from_one_pass_to_five_minutes_with_jitter_and_retry_after() {
+        let s = Duration::from_secs;
+        let no_jitter: Vec<u64> = (1..=9).map(|n| backoff(n, 0.0, None).as_secs()).collect();
+        assert_eq!(no_jitter, [3, 6, 12, 24, 48, 96, 192, 300, 300]);
+        assert_eq!(backoff(0, 0.0, None), s(3));
+        assert_eq!(backoff(u32::MAX, 0.0, None), BACKOFF_MAX);
+        // Jitter takes up to half off, never below one pass.
+        assert_eq!(backoff(5, 1.0, None), s(24));
+        assert_eq!(backoff(5, 0.5, None), s(36));
+        assert_eq!(backoff(1, 1.0, None), s(3));
+        assert_eq!(backoff(9, 1.0, None), s(150));
+        assert_eq!(backoff(5, f64::NAN, None), s(48));
+        // Retry-After: at least that long, but never more than the cap.
+        assert_eq!(backoff(1, 0.0, Some(s(20))), s(20));
+        assert_eq!(backoff(1, 0.0, Some(s(3600))), BACKOFF_MAX);
+        assert_eq!(backoff(6, 0.0, Some(s(1))), s(96));
+        for n in 0..64 {
+            for j in [0.0, 0.1, 0.5, 0.99, 1.0, -3.0, 7.0] {
+                let d = backoff(n, j, None);
+                assert!((BACKOFF_MIN..=BACKOFF_MAX).contains(&d), "{n} {j}: {d:?}");
+            }
+        }
+    }
+
+    /// Paths the test server got, in order, up to a probe of the test's own (so that "none"
+    /// is known, not waited for).
+    fn sent(
+        requests: &mut impl Iterator<Item = std::io::Result<String>>,
+        probe: &Client,
+    ) -> Vec<String> {
+        probe.patch("/probe", "application/json", b"{}").unwrap();
+        let mut paths = Vec::new();
+        loop {
+            let got: serde_json::Value =
+                serde_json::from_str(&requests.next().unwrap().unwrap()).unwrap();
+            let path = got["path"].as_str().unwrap().rsplit('/').next().unwrap();
+            if path == "probe" {
+                return paths;
+            }
+            paths.push(path.to_string());
+        }
+    }
+
+    /// The loop's backoff, on a clock of the test's: a pod whose patch fails (500) is tried
+    /// after 3 s, then 6 s, 12 s; one answered 429 with Retry-After: 20 not before 20 s; one
+    /// refused as invalid (422) only once its list changes, and then at once.
+    #[test]
+    fn failed_pods_back_off_and_a_new_list_is_sent_at_once() {
+        use crate::tools::kube::test_server;
+        let tmp = tempfile::tempdir().unwrap();
+        let (_server, port, mut requests) = test_server::start(tmp.path());
+        let client = Client::new(
+            "127.0.0.1",
+            port,
+            &tmp.path().join("token"),
+            &tmp.path().join("ca.crt"),
+        );
+        let state = tmp.path().join("state");
+        let records = state.join("attachments");
+        let mut invalid = record(&pod("invalid", "cc-3"), "net1", &[("net1", "rdma0", 3)]);
+        invalid.container_id = "c3".into();
+        for (name, cid) in [("broken", "c1"), ("busy", "c2")] {
+            let mut r = record(&pod(name, "aa-1"), "net1", &[("net1", "rdma0", 3)]);
+            r.container_id = cid.into();
+            pod_record::write(&records, &r).unwrap();
+        }
+        pod_record::write(&records, &invalid).unwrap();
+        let mut annotator = Annotator::new(client.clone(), &state, &tmp.path().join("p.json"));
+        annotator.jitter = Box::new(|| 0.0);
+        let t0 = Instant::now();
+        let at = |secs: f64| t0 + Duration::from_secs_f64(secs);
+        let mut pass = |annotator: &mut Annotator, secs: f64| {
+            annotator.pass_at(at(secs));
+            sent(&mut requests, &client)
+        };
+
+        assert_eq!(pass(&mut annotator, 0.0), ["broken", "busy", "invalid"]);
+        assert!(pass(&mut annotator, 2.9).is_empty());
+        assert_eq!(pass(&mut annotator, 3.0), ["broken"]);
+        assert!(pass(&mut annotator, 8.9).is_empty());
+        assert_eq!(pass(&mut annotator, 9.0), ["broken"]);
+        assert!(pass(&mut annotator, 19.9).is_empty());
+        assert_eq!(pass(&mut annotator, 20.0), ["busy"]);
+        assert_eq!(pass(&mut annotator, 21.0), ["broken"]);
+        // The invalid pod's list changes: sent at once, then refused for good again.
+        invalid.rails[0].gid_index = 4;
+        pod_record::write(&records, &invalid).unwrap();
+        assert_eq!(pass(&mut annotator, 21.5), ["invalid"]);
+        assert!(pass(&mut annotator, 1000.0).contains(&"broken".to_string()));
+        assert!(!pass(&mut annotator, 2000.0).contains(&"invalid".to_string()));
+        // Nothing was published: nothing was written (no fsync every pass in backoff).
+        assert!(!tmp.path().join("p.json").exists());
+        // Bounded: the records gone, nothing is kept for them (none was ever published).
+        for cid in ["c1", "c2", "c3"] {
+            pod_record::remove(&records, cid, "net1");
+        }
+        assert!(pass(&mut annotator, 3000.0).is_empty());
+        assert!(annotator.retries.is_empty());
+    }
+
+    /// The annotation's size from desired()'s format: one entry with the longest values the
+    /// kernel and the plugin allow (interface and rail names of 15 bytes that JSON escapes
+    /// the most, an RDMA device name of 63 control bytes, u32 port and index) and with common
+    /// ones; a pod of 16 rails x 24 attachments of common names fits MAX_VALUE, and MAX_VALUE
+    /// stays well below Kubernetes' 256 KiB for all of a pod's annotations.
+    #[test]
+    fn the_annotation_stays_well_below_the_api_servers_limit() {
+        let p = pod("a", "aa-1");
+        let one = |interface: &str, rail: &str, device: &str, port, index| {
+            let mut r = record(&p, "net1", &[]);
+            r.rails.push(Rail {
+                interface: interface.into(),
+                rail: rail.into(),
+                device: device.into(),
+                port,
+                gid_index: index,
+                gid: "fe80:0000:0000:0000:0000:0000:0000:0001".into(),
+                addresses: vec![],
+            });
+            desired(&[r])[&p].len() - 2 // without the list's brackets
+        };
+        let worst = one(
+            &"\"".repeat(15),
+            &"\u{1}".repeat(15),
+            &"\u{1}".repeat(63),
+            u32::MAX,
+            u32::MAX,
+        );
+        assert_eq!(worst, 624, "the module's MAX_VALUE comment quotes it");
+        let common = one("net16", "ens1f1np1", "mlx5_15", 1, 131);
+        assert!(common <= 170, "{common}");
+        // 16 rails x 24 attachments of common names, one list: within MAX_VALUE.
+        let records: Vec<Record> = (0..24)
+            .map(|a| {
+                let mut r = record(&p, &format!("net{a}"), &[]);
+                r.container_id = format!("c{a}");
+                r.rails = (0..16)
+                    .map(|i| Rail {
+                        interface: format!("roce{a}r{i}"),
+                        rail: format!("ens{i}f1np1"),
+                        device: format!("mlx5_{i}"),
+                        port: 1,
+                        gid_index: 131,
+                        gid: "0000:0000:0000:0000:0000:ffff:0a38:0105".into(),
+                        addresses: vec![],
+                    })
+                    .collect();
+                r
+            })
+            .collect();
+        let value = &desired(&records)[&p];
+        assert!(value.len() <= MAX_VALUE, "{}", value.len());
+        // The worst entries: 16 rails x 6 attachments still fit.
+        assert!(96 * (worst + 1) + 2 <= MAX_VALUE);
+        // Well below the API server's limit, with room for Multus' annotations.
+        assert!(MAX_VALUE <= 256 * 1024 / 4 && ANNOTATION.len() < 64);
+    }
+
+    /// What the pass does with what it reads: a record under another attachment's name (for
+    /// a pod that has none of its own) is skipped, remembered once, and not published; a pod
+    /// whose list is longer than MAX_VALUE is not patched.
+    #[test]
+    fn a_foreign_record_and_a_too_long_list_are_not_published() {
+        use crate::tools::kube::test_server;
+        let tmp = tempfile::tempdir().unwrap();
+        let (_server, port, mut requests) = test_server::start(tmp.path());
+        let client = Client::new(
+            "127.0.0.1",
+            port,
+            &tmp.path().join("token"),
+            &tmp.path().join("ca.crt"),
+        );
+        let state = tmp.path().join("state");
+        let records = state.join("attachments");
+        let mine = record(&pod("mine", "aa-1"), "net1", &[("net1", "rdma0", 3)]);
+        pod_record::write(&records, &mine).unwrap();
+        let mut foreign = record(&pod("victim", "bb-2"), "net1", &[("net1", "rdma1", 4)]);
+        foreign.container_id = "c9".into();
+        let planted = records.join("c2_net1.json");
+        std::fs::write(&planted, serde_json::to_vec(&foreign).unwrap()).unwrap();
+        let big = pod("big", "cc-3");
+        for a in 0..40 {
+            let children: Vec<(String, String, u32)> = (0..16)
+                .map(|i| (format!("roce{a}r{i}"), format!("ens{i}f1np1"), 131))
+                .collect();
+            let borrowed: Vec<(&str, &str, u32)> = children
+                .iter()
+                .map(|(c, r, i)| (c.as_str(), r.as_str(), *i))
+                .collect();
+            let mut r = record(&big, &format!("net{a}"), &borrowed);
+            r.container_id = format!("big{a}");
+            pod_record::write(&records, &r).unwrap();
+        }
+        let mut annotator = Annotator::new(client.clone(), &state, &tmp.path().join("p.json"));
+        annotator.pass();
+        assert_eq!(sent(&mut requests, &client), ["mine"]);
+        assert!(annotator.skipped.contains(&planted));
+        assert!(annotator.logged.keys().any(|p| p.name == "big"));
+        annotator.pass();
+        assert!(sent(&mut requests, &client).is_empty());
+    }
+
+    /// An API server that cannot be reached (connection refused) puts the pod in backoff
+    /// too; once it answers, the patch goes through and nothing of the backoff is kept.
+    #[test]
+    fn an_unreachable_api_server_backs_off_and_a_success_ends_it() {
+        use crate::tools::kube::test_server;
+        let tmp = tempfile::tempdir().unwrap();
+        let (_server, port, mut requests) = test_server::start(tmp.path());
+        let client = |port| {
+            Client::new(
+                "127.0.0.1",
+                port,
+                &tmp.path().join("token"),
+                &tmp.path().join("ca.crt"),
+            )
+        };
+        let closed = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let state = tmp.path().join("state");
+        let r = record(&pod("live", "aa-1"), "net1", &[("net1", "rdma0", 3)]);
+        pod_record::write(&state.join("attachments"), &r).unwrap();
+        let mut annotator = Annotator::new(client(closed), &state, &tmp.path().join("p.json"));
+        annotator.jitter = Box::new(|| 0.0);
+        let t0 = Instant::now();
+        annotator.pass_at(t0);
+        assert_eq!(annotator.retries[&pod("live", "aa-1")].failures, 1);
+        annotator.pass_at(t0 + Duration::from_secs(3));
+        assert_eq!(annotator.retries[&pod("live", "aa-1")].failures, 2);
+        annotator.client = client(port);
+        annotator.pass_at(t0 + Duration::from_secs(5));
+        assert!(
+            sent(&mut requests, &client(port)).is_empty(),
+            "in backoff until 9 s"
+        );
+        annotator.pass_at(t0 + Duration::from_secs(9));
+        assert_eq!(sent(&mut requests, &client(port)), ["live"]);
+        assert!(annotator.retries.is_empty());
+        assert!(annotator.published.contains_key(&pod("live", "aa-1")));
+    }
+
     #[test]
     fn answers_are_judged_with_what_to_do() {
         let a = pod("a", "aa-1");
@@ -641,6 +1127,7 @@ mod tests {
             body: serde_json::json!({"kind": "Status", "message": message})
                 .to_string()
                 .into_bytes(),
+            retry_after: None,
         };
         assert_eq!(judge(&a, &resp(200, "")), Outcome::Done);
         assert_eq!(judge(&a, &resp(404, "pods \"a\" not found")), Outcome::Gone);
@@ -661,15 +1148,37 @@ mod tests {
             ),
             Outcome::Gone
         );
-        let Outcome::Failed(m) = judge(&a, &resp(403, "forbidden")) else {
+        let Outcome::Failed { message: m, .. } = judge(&a, &resp(403, "forbidden")) else {
             panic!("403 is a failure");
         };
         assert!(m.contains("\"patch\"") && m.contains("\"pods\""), "{m}");
-        assert!(matches!(judge(&a, &resp(401, "")), Outcome::Failed(m) if m.contains("token")));
+        assert!(!m.contains("ValidatingAdmissionPolicy"), "{m}");
+        assert!(
+            matches!(judge(&a, &resp(401, "")), Outcome::Failed { message: m, .. } if m.contains("token"))
+        );
         assert!(matches!(
             judge(&a, &resp(409, "conflict")),
-            Outcome::Failed(_)
+            Outcome::Failed { .. }
         ));
-        assert!(matches!(judge(&a, &resp(500, "etcd")), Outcome::Failed(m) if m.contains("500")));
+        assert!(
+            matches!(judge(&a, &resp(500, "etcd")), Outcome::Failed { message: m, .. } if m.contains("500"))
+        );
+        // A 422 that is not the UID's: the same patch would be refused again.
+        assert!(matches!(
+            judge(&a, &resp(422, "metadata.annotations: Invalid value: too long")),
+            Outcome::Refused(m) if m.contains("422") && m.contains("GIDs change")
+        ));
+        // The server's Retry-After goes with the failure.
+        let mut busy = resp(429, "too many requests");
+        busy.retry_after = Some(Duration::from_secs(20));
+        assert_eq!(
+            judge(&a, &busy),
+            Outcome::Failed {
+                message: "patching pod ml/a (uid aa-1) got HTTP 429: too many requests; tried \
+                          again after a backoff (at most 300 s)"
+                    .into(),
+                retry_after: Some(Duration::from_secs(20)),
+            }
+        );
     }
 }

@@ -4,12 +4,14 @@
 //! a TCP connection per request, rustls with the ring provider over it, HTTP/1.1 with
 //! `Connection: close`, so the response ends at its length, its last chunk or the end of the
 //! stream. The token is read again for each request: projected tokens are rotated on disk.
+//! Each request has one deadline (the client's timeout) for all of it: connecting, the TLS
+//! handshake, sending and reading the response.
 
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
@@ -21,7 +23,7 @@ pub const CA: &str = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt";
 /// A response larger than this is cut off as an error (a pod is a few KiB).
 const MAX_RESPONSE: usize = 4 << 20;
 
-/// One API server, its credentials and the time each request may take.
+/// One API server, its credentials and the time each request may take, all of it.
 #[derive(Debug, Clone)]
 pub struct Client {
     host: String,
@@ -31,11 +33,15 @@ pub struct Client {
     timeout: Duration,
 }
 
-/// An HTTP response: the status and the body (decoded when chunked).
+/// An HTTP response: the status, the body (decoded when chunked) and the header a caller
+/// acts on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Response {
     pub status: u16,
     pub body: Vec<u8>,
+    /// `Retry-After` in its seconds form (the API server's 429 and 503 send it); its HTTP-date
+    /// form, which kube-apiserver does not send, is ignored.
+    pub retry_after: Option<Duration>,
 }
 
 impl Response {
@@ -110,6 +116,7 @@ impl Client {
         let token = std::fs::read_to_string(&self.token)
             .map_err(|e| format!("cannot read the service account token {}: {e}: is the token mounted (automountServiceAccountToken: true)?", self.token.display()))?;
         let token = token.trim();
+        let deadline = Instant::now() + self.timeout;
         let config = self.tls_config()?;
         let name = ServerName::try_from(self.host.clone()).map_err(|e| {
             format!(
@@ -119,7 +126,10 @@ impl Client {
         })?;
         let conn = rustls::ClientConnection::new(config, name)
             .map_err(|e| format!("cannot start TLS to {}: {e}", self.endpoint()))?;
-        let socket = self.connect()?;
+        let socket = Deadlined {
+            sock: self.connect(deadline)?,
+            deadline,
+        };
         let mut tls = rustls::StreamOwned::new(conn, socket);
         let mut request = format!(
             "{method} {path} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\n\
@@ -166,8 +176,19 @@ impl Client {
     }
 
     fn io_error(&self, what: &str, e: io::Error) -> String {
-        // rustls reports a certificate it refuses as InvalidData with its reason.
-        if e.kind() == io::ErrorKind::InvalidData {
+        if matches!(
+            e.kind(),
+            io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock
+        ) {
+            // A socket timeout is EAGAIN (WouldBlock); Deadlined's own check is TimedOut.
+            format!(
+                "{what} {}: the request's {} s deadline passed (connecting, TLS, sending and \
+                 the response together): is the API server overloaded or the network lossy?",
+                self.endpoint(),
+                self.timeout.as_secs_f32()
+            )
+        } else if e.kind() == io::ErrorKind::InvalidData {
+            // rustls reports a certificate it refuses as InvalidData with its reason.
             format!(
                 "TLS with {} failed: {e}: the API server's certificate must be signed by {} \
                  (the service account's CA) and name {}",
@@ -205,20 +226,22 @@ impl Client {
         Ok(Arc::new(config))
     }
 
-    fn connect(&self) -> Result<TcpStream, String> {
+    /// A connection to the first address that answers before `deadline`. (The name is
+    /// resolved without a deadline of its own: `KUBERNETES_SERVICE_HOST` is an address.)
+    fn connect(&self, deadline: Instant) -> Result<TcpStream, String> {
         let addrs: Vec<_> = (self.host.as_str(), self.port)
             .to_socket_addrs()
             .map_err(|e| format!("cannot resolve {}: {e}", self.endpoint()))?
             .collect();
         let mut last = None;
         for addr in addrs {
-            match TcpStream::connect_timeout(&addr, self.timeout) {
-                Ok(s) => {
-                    s.set_read_timeout(Some(self.timeout))
-                        .and_then(|()| s.set_write_timeout(Some(self.timeout)))
-                        .map_err(|e| format!("cannot set timeouts: {e}"))?;
-                    return Ok(s);
-                }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                last = Some(io::Error::from(io::ErrorKind::TimedOut));
+                break;
+            }
+            match TcpStream::connect_timeout(&addr, left) {
+                Ok(s) => return Ok(s),
                 Err(e) => last = Some(e),
             }
         }
@@ -229,6 +252,45 @@ impl Client {
             ),
             None => format!("{} resolves to no address", self.endpoint()),
         })
+    }
+}
+
+/// The TCP stream under the request's one deadline: each read and write may take only what is
+/// left of it. Per-operation timeouts alone let a server that sends a byte every few seconds
+/// hold a request, and the annotator's pass, for as long as it likes.
+struct Deadlined {
+    sock: TcpStream,
+    deadline: Instant,
+}
+
+impl Deadlined {
+    fn left(&self) -> io::Result<Duration> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the request's deadline passed",
+            ));
+        }
+        Ok(left)
+    }
+}
+
+impl Read for Deadlined {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.sock.set_read_timeout(Some(self.left()?))?;
+        self.sock.read(buf)
+    }
+}
+
+impl Write for Deadlined {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.sock.set_write_timeout(Some(self.left()?))?;
+        self.sock.write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.sock.flush()
     }
 }
 
@@ -248,6 +310,7 @@ fn parse_response(buf: &[u8], at_end: bool) -> Result<Option<Response>, String> 
     .ok_or_else(|| format!("not an HTTP/1.x response: {status_line:?}"))?;
     let mut length = None;
     let mut chunked = false;
+    let mut retry_after = None;
     for line in lines {
         let Some((name, value)) = line.split_once(':') else {
             continue;
@@ -261,6 +324,8 @@ fn parse_response(buf: &[u8], at_end: bool) -> Result<Option<Response>, String> 
             );
         } else if name.eq_ignore_ascii_case("transfer-encoding") {
             chunked = value.to_ascii_lowercase().contains("chunked");
+        } else if name.eq_ignore_ascii_case("retry-after") {
+            retry_after = value.parse::<u64>().ok().map(Duration::from_secs);
         }
     }
     let rest = &buf[head_end + 4..];
@@ -286,7 +351,11 @@ fn parse_response(buf: &[u8], at_end: bool) -> Result<Option<Response>, String> 
     } else {
         return Ok(None);
     };
-    Ok(Some(Response { status, body }))
+    Ok(Some(Response {
+        status,
+        body,
+        retry_after,
+    }))
 }
 
 /// A chunked body, once its last chunk has come.
@@ -330,7 +399,9 @@ pub(crate) mod test_server {
 
     /// A local HTTPS server (Python's http.server behind ssl) that prints each request it got
     /// as one JSON line and answers a PATCH of a path ending in /gone with the API server's 404,
-    /// in /recreated with its 409 for a UID precondition, any other with 200.
+    /// in /recreated with its 409 for a UID precondition, in /invalid with a 422 (not the
+    /// UID's), in /busy with a 429 and `Retry-After: 20`, in /broken with a 500, any other
+    /// with 200.
     const SERVER: &str = r#"
 import http.server, json, ssl, sys
 class H(http.server.BaseHTTPRequestHandler):
@@ -340,14 +411,22 @@ class H(http.server.BaseHTTPRequestHandler):
         print(json.dumps({"method": self.command, "path": self.path,
                           "headers": {k.lower(): v for k, v in self.headers.items()},
                           "body": body.decode()}), flush=True)
-        status, reply = 200, {"kind": "Pod", "metadata": {"name": "p"}}
+        status, reply, headers = 200, {"kind": "Pod", "metadata": {"name": "p"}}, {}
         if self.path.endswith("/gone"):
             status, reply = 404, {"kind": "Status", "message": 'pods "gone" not found'}
         elif self.path.endswith("/recreated"):
             status, reply = 409, {"kind": "Status", "message": "Precondition failed: UID in precondition: a, UID in object meta: b"}
+        elif self.path.endswith("/invalid"):
+            status, reply = 422, {"kind": "Status", "message": "metadata.annotations: Invalid value: too long"}
+        elif self.path.endswith("/busy"):
+            status, reply, headers = 429, {"kind": "Status", "message": "too many requests"}, {"Retry-After": "20"}
+        elif self.path.endswith("/broken"):
+            status, reply = 500, {"kind": "Status", "message": "etcdserver: request timed out"}
         reply = json.dumps(reply).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
+        for k, v in headers.items():
+            self.send_header(k, v)
         self.send_header("Content-Length", str(len(reply)))
         self.end_headers()
         self.wfile.write(reply)
@@ -534,7 +613,8 @@ mod tests {
             parse_response(whole, false).unwrap(),
             Some(Response {
                 status: 200,
-                body: b"{}".to_vec()
+                body: b"{}".to_vec(),
+                retry_after: None,
             })
         );
         assert_eq!(
@@ -554,6 +634,69 @@ mod tests {
     }
 
     #[test]
+    fn retry_after_is_read_in_its_seconds_form() {
+        let with = |value: &str| {
+            let text = format!("HTTP/1.1 429 Too Many Requests\r\nRetry-After: {value}\r\nContent-Length: 0\r\n\r\n");
+            parse_response(text.as_bytes(), false)
+                .unwrap()
+                .unwrap()
+                .retry_after
+        };
+        assert_eq!(with("7"), Some(Duration::from_secs(7)));
+        assert_eq!(with(" 120 "), Some(Duration::from_secs(120)));
+        assert_eq!(with("Fri, 04 Dec 2026 19:00:00 GMT"), None);
+        assert_eq!(with("-1"), None);
+        assert_eq!(with("99999999999999999999999"), None);
+        let none = b"HTTP/1.1 503 x\r\nContent-Length: 0\r\n\r\n";
+        assert_eq!(
+            parse_response(none, false).unwrap().unwrap().retry_after,
+            None
+        );
+    }
+
+    /// A server that answers a byte at a time, each well within the per-read time, still ends
+    /// the request at its one deadline: here a TLS record header announcing 16 KiB, then a
+    /// byte every 50 ms (about 14 minutes for the record).
+    #[test]
+    fn a_trickling_server_is_cut_off_at_the_requests_deadline() {
+        use std::net::TcpListener;
+        let tmp = tempfile::tempdir().unwrap();
+        test_server::ca(tmp.path(), "ca");
+        std::fs::write(tmp.path().join("token"), "t").unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let _ = s.write_all(&[0x16, 0x03, 0x03, 0x40, 0x00]);
+            while s.write_all(&[0]).is_ok() {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+        let mut client = Client::new(
+            "127.0.0.1",
+            port,
+            &tmp.path().join("token"),
+            &tmp.path().join("ca.crt"),
+        );
+        client.timeout = Duration::from_millis(500);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let start = Instant::now();
+        std::thread::spawn(move || {
+            let _ = tx.send(client.patch("/x", "application/json", b"{}"));
+        });
+        let got = rx
+            .recv_timeout(Duration::from_secs(5))
+            .expect("the request outlived its 500 ms deadline by 4.5 s");
+        let err = got.unwrap_err();
+        assert!(err.contains("deadline"), "{err}");
+        assert!(
+            start.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            start.elapsed()
+        );
+    }
+
+    #[test]
     fn a_huge_chunk_size_is_an_error_not_a_panic() {
         for size in ["ffffffffffffffff", "fffffffffffffffe", "1000000"] {
             let chunked =
@@ -568,11 +711,13 @@ mod tests {
         let r = Response {
             status: 403,
             body: br#"{"kind":"Status","message":"pods \"p\" is forbidden: User \"x\" cannot patch resource \"pods\""}"#.to_vec(),
+            retry_after: None,
         };
         assert!(r.message().starts_with("pods \"p\" is forbidden"));
         let r = Response {
             status: 502,
             body: b"bad gateway".to_vec(),
+            retry_after: None,
         };
         assert_eq!(r.message(), "bad gateway");
     }

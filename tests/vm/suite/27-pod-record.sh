@@ -31,7 +31,7 @@ test_pod_record_holds_the_gid_index_and_goes_with_del() {
 	assert_eq "$(jq -r '.rails[0].gid' "$rec")" "$(in_pod rec cat "/sys/class/infiniband/$dev/ports/$port/gids/$idx")" \
 		"record's GID, as the pod's GID table prints it"
 	assert_eq "$(jq -r '.rails[0].addresses | join(" ")' "$rec")" "$cidr" "record's addresses"
-	assert_eq "$(stat -c %a "$rec")" 644 "record's mode"
+	assert_eq "$(stat -c %a "$rec")" 600 "record's mode (only the annotator, root, reads it)"
 	assert_ok cnidriver del /tmp/rec.conf /run/netns/rec --container-id rec-1 --args "$(k8s_args rec-1)"
 	[[ ! -e $rec ]] || fail "record $rec left after DEL"
 	assert_ok cnidriver del /tmp/rec.conf /run/netns/rec --container-id rec-1 --args "$(k8s_args rec-1)"
