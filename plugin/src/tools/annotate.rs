@@ -204,8 +204,8 @@ pub fn judge(pod: &PodRef, response: &Response) -> Outcome {
         409 | 422 if message.to_ascii_lowercase().contains("uid") => Outcome::Gone,
         401 => failed(format!(
             "the API server refused the service account token (401 Unauthorized: {message}): \
-             check that the installer's pod mounts its token (automountServiceAccountToken) \
-             and that its service account exists"
+             check that the annotate container mounts its pod's projected token (the \
+             DaemonSet's volume \"token\") and that its service account exists"
         )),
         403 => failed(format!(
             "the installer may not patch pod {pod} (403 Forbidden: {message}): its service \
@@ -248,8 +248,8 @@ fn policy_refusal(pod: &PodRef, status: u16, message: &str) -> String {
          {why}): it lets the installer change only the {ANNOTATION} annotation, and only of \
          pods whose spec.nodeName is the node named in its service account token \
          (authentication.kubernetes.io/node-name). Check that the annotate container uses the \
-         pod's projected service account token (automountServiceAccountToken, not a token \
-         Secret), and the API server's version: kube-apiserver before 1.30, or 1.30 and 1.31 \
+         pod's projected service account token (the DaemonSet's volume \"token\", not a \
+         token Secret), and the API server's version: kube-apiserver before 1.30, or 1.30 and 1.31 \
          with the feature gate ServiceAccountTokenPodNodeInfo off, puts no node name in the \
          token and every patch is refused (docs/security.md)"
     )

@@ -114,7 +114,7 @@ impl Client {
         body: &[u8],
     ) -> Result<Response, String> {
         let token = std::fs::read_to_string(&self.token)
-            .map_err(|e| format!("cannot read the service account token {}: {e}: is the token mounted (automountServiceAccountToken: true)?", self.token.display()))?;
+            .map_err(|e| format!("cannot read the service account token {}: {e}: is the token mounted (the installer DaemonSet projects it into the annotate container: volume \"token\")?", self.token.display()))?;
         let token = token.trim();
         let deadline = Instant::now() + self.timeout;
         let config = self.tls_config()?;
