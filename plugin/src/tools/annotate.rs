@@ -616,6 +616,26 @@ mod tests {
     use super::*;
     use crate::attach::pod_record::Rail;
 
+    /// A client of the local HTTPS API server on `port` whose certificates are in `dir`.
+    fn client_of(dir: &Path, port: u16) -> Client {
+        Client::new("127.0.0.1", port, &dir.join("token"), &dir.join("ca.crt"))
+    }
+
+    /// A local HTTPS API server with its certificates in `dir` (kube.rs's test_server), and a
+    /// client of it: the server (killed when dropped), its port, the client, the requests it
+    /// received.
+    fn api_server(
+        dir: &Path,
+    ) -> (
+        crate::tools::kube::test_server::Server,
+        u16,
+        Client,
+        std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
+    ) {
+        let (server, port, requests) = crate::tools::kube::test_server::start(dir);
+        (server, port, client_of(dir, port), requests)
+    }
+
     fn pod(name: &str, uid: &str) -> PodRef {
         PodRef {
             namespace: "ml".into(),
@@ -732,15 +752,8 @@ mod tests {
     /// gets the annotation removed, and a restarted annotator remembers what it published.
     #[test]
     fn passes_patch_changes_only_and_remove_what_went() {
-        use crate::tools::kube::test_server;
         let tmp = tempfile::tempdir().unwrap();
-        let (_server, port, mut requests) = test_server::start(tmp.path());
-        let client = Client::new(
-            "127.0.0.1",
-            port,
-            &tmp.path().join("token"),
-            &tmp.path().join("ca.crt"),
-        );
+        let (_server, port, client, mut requests) = api_server(tmp.path());
         let state = tmp.path().join("state");
         let records = state.join("attachments");
         let live = pod("live", "aa-1");
@@ -817,12 +830,7 @@ mod tests {
         );
         restarted.pass();
         // Only now a request of this test's own: had either pass sent one, it would be read here.
-        let probe = Client::new(
-            "127.0.0.1",
-            port,
-            &tmp.path().join("token"),
-            &tmp.path().join("ca.crt"),
-        );
+        let probe = client_of(tmp.path(), port);
         probe.patch("/probe", "application/json", b"{}").unwrap();
         assert_eq!(
             next()["path"],
@@ -923,15 +931,8 @@ mod tests {
     /// refused as invalid (422) only once its list changes, and then at once.
     #[test]
     fn failed_pods_back_off_and_a_new_list_is_sent_at_once() {
-        use crate::tools::kube::test_server;
         let tmp = tempfile::tempdir().unwrap();
-        let (_server, port, mut requests) = test_server::start(tmp.path());
-        let client = Client::new(
-            "127.0.0.1",
-            port,
-            &tmp.path().join("token"),
-            &tmp.path().join("ca.crt"),
-        );
+        let (_server, _, client, mut requests) = api_server(tmp.path());
         let state = tmp.path().join("state");
         let records = state.join("attachments");
         let mut invalid = record(&pod("invalid", "cc-3"), "net1", &[("net1", "rdma0", 3)]);
@@ -1038,15 +1039,8 @@ mod tests {
     /// whose list is longer than MAX_VALUE is not patched.
     #[test]
     fn a_foreign_record_and_a_too_long_list_are_not_published() {
-        use crate::tools::kube::test_server;
         let tmp = tempfile::tempdir().unwrap();
-        let (_server, port, mut requests) = test_server::start(tmp.path());
-        let client = Client::new(
-            "127.0.0.1",
-            port,
-            &tmp.path().join("token"),
-            &tmp.path().join("ca.crt"),
-        );
+        let (_server, _, client, mut requests) = api_server(tmp.path());
         let state = tmp.path().join("state");
         let records = state.join("attachments");
         let mine = record(&pod("mine", "aa-1"), "net1", &[("net1", "rdma0", 3)]);
@@ -1081,17 +1075,9 @@ mod tests {
     /// too; once it answers, the patch goes through and nothing of the backoff is kept.
     #[test]
     fn an_unreachable_api_server_backs_off_and_a_success_ends_it() {
-        use crate::tools::kube::test_server;
         let tmp = tempfile::tempdir().unwrap();
-        let (_server, port, mut requests) = test_server::start(tmp.path());
-        let client = |port| {
-            Client::new(
-                "127.0.0.1",
-                port,
-                &tmp.path().join("token"),
-                &tmp.path().join("ca.crt"),
-            )
-        };
+        let (_server, port, _, mut requests) = api_server(tmp.path());
+        let client = |port| client_of(tmp.path(), port);
         let closed = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
