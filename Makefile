@@ -42,6 +42,11 @@
 #                  first); no image is published by the project yet
 #   make image-test  make image, then the installer from the exported image into a temporary
 #                  host directory: lands atomically, executable, answers VERSION (tests/image-test.sh)
+#   make release   dist/roce-ipvlan-$(VERSION)/ (VERSION must be Cargo.toml's): the static binaries
+#                  and the image (OCI archive) of amd64 and arm64, the image index of both, the
+#                  chart package, the kustomize bundles, a CycloneDX SBOM and SHA256SUMS, checked
+#                  (tools/release.sh, docs/deploy.md#install-a-release); make release-deps installs
+#                  what it needs (rustup targets, apt-get, cargo install); not part of make test
 #   make vm-shell  interactive shell in the VM, rails and rxe devices set up
 #   make demo      on the OFED view: a pod without attachments reads zero GIDs; attached to 4
 #                  Soft-RoCE rails it reads its own at the reported indexes; detach
@@ -65,10 +70,11 @@ ROCE_IPVLAN_BIN ?= $(CURDIR)/target/debug/roce-ipvlan
 export ROCE_IPVLAN_BIN
 
 PACKAGES := $(shell grep -v '^\#' tests/vm/packages.txt)
-SHELL_SCRIPTS := $(wildcard bench/*.sh tests/*.sh tests/vm/*.sh tests/vm/ofed/*.sh tests/vm/suite/*.sh tests/cnidriver/*.sh tests/k8s/*.sh tests/k8s/suite/*.sh tests/fabric/*.sh tests/fabric/suite/*.sh) tests/vm/init tests/vm/pid1 tests/k8s/suite/probe-ipam .ci/run
+SHELL_SCRIPTS := $(wildcard bench/*.sh tools/*.sh tests/*.sh tests/vm/*.sh tests/vm/ofed/*.sh tests/vm/suite/*.sh tests/cnidriver/*.sh tests/k8s/*.sh tests/k8s/suite/*.sh tests/fabric/*.sh tests/fabric/suite/*.sh) tests/vm/init tests/vm/pid1 tests/k8s/suite/probe-ipam .ci/run
 # The one version source is [workspace.package] version in Cargo.toml; tests/check-version.sh
 # (make lint) checks every other place that names it.
-VERSION := $(shell sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)
+CARGO_VERSION := $(shell sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)
+VERSION := $(CARGO_VERSION)
 REVISION := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 IMAGE_REPO ?= ghcr.io/roce-ipvlan/roce-ipvlan
 IMAGE ?= $(IMAGE_REPO):$(VERSION)
@@ -109,7 +115,7 @@ STATIC_ANNOTATE_BIN = target/$(RUST_TARGET)/release/roce-ipvlan-annotate
 IMAGE_CONTEXT = target/image/$(RUST_TARGET)
 
 .PHONY: k8s-test demo-k8s k8s-build k8s-build-bg
-.PHONY: build unit lint vm-test vm-rust vm-suite test vm-shell demo deps validate-manifests static static-bin image image-deps image-multiarch image-push image-test fabric-test fabric-test-flat fabric-test-routed6 demo-traffic fuzz fuzz-smoke vm-ofed
+.PHONY: build unit lint vm-test vm-rust vm-suite test vm-shell demo deps validate-manifests static static-bin image image-deps image-multiarch image-push image-test fabric-test fabric-test-flat fabric-test-routed6 demo-traffic fuzz fuzz-smoke vm-ofed release release-deps
 
 build:
 	$(CARGO) build --locked -p roce-ipvlan
@@ -202,6 +208,21 @@ image-multiarch:
 
 image-push:
 	$(IMAGE_BUILDER) manifest push --all $(IMAGE) docker://$(IMAGE)
+
+# The release folder dist/roce-ipvlan-$(VERSION)/ (docs/deploy.md#install-a-release): each
+# RELEASE_ARCHES' static binaries and image (an OCI archive), the multi-arch image index, the
+# chart package, the kustomize bundles, the SBOM, SHA256SUMS (tools/release.sh). VERSION must be
+# Cargo.toml's: the binaries report that one. Not part of make test.
+RELEASE_ARCHES ?= x86_64 aarch64
+RELEASE_ENV = VERSION=$(VERSION) CARGO_VERSION=$(CARGO_VERSION) IMAGE_REPO=$(IMAGE_REPO) \
+	IMAGE_BUILDER=$(IMAGE_BUILDER) RELEASE_ARCHES='$(RELEASE_ARCHES)' MAKE='$(MAKE)' CARGO='$(CARGO)'
+release:
+	$(RELEASE_ENV) tools/release.sh build
+
+# What make release needs besides a Rust toolchain: the musl Rust targets (rustup), the aarch64
+# C cross compiler and qemu-user-static, skopeo (apt-get, as root), cargo-cyclonedx (cargo install).
+release-deps:
+	$(RELEASE_ENV) tools/release.sh deps
 
 image-test: deps image
 	IMAGE_BUILDER=$(IMAGE_BUILDER) IMAGE_PLATFORM=$(IMAGE_PLATFORM) tests/image-test.sh $(IMAGE) $(STATIC_BIN) $(STATIC_ANNOTATE_BIN)
