@@ -21,7 +21,7 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
 bin=${ROCE_IPVLAN_BIN:-$repo/target/debug/roce-ipvlan}
 [[ -x $bin ]] || { echo "check-docs: $bin not found; run 'make build'" >&2; exit 1; }
-mapfile -t others < <(git ls-files deploy charts examples Makefile plugin tests bench | grep -v '^tests/validate-fixtures/')
+mapfile -t others < <(git ls-files deploy charts examples Makefile plugin tests bench tools | grep -v '^tests/validate-fixtures/')
 python3 - "$bin" "${#others[@]}" "${others[@]}" README.md docs/*.md <<'PY'
 import os, re, subprocess, sys, tempfile
 bin_, n = sys.argv[1], int(sys.argv[2])
