@@ -9,7 +9,7 @@
 #   tools/release.sh build   deps, then dist/roce-ipvlan-$VERSION/: the static binaries and
 #                            the image (an OCI archive) of each architecture, the multi-arch
 #                            image index, the Helm chart package, the kustomize bundles, the
-#                            SBOM and SHA256SUMS over all of it
+#                            SBOMs and SHA256SUMS over all of it, then tests/release-check.sh
 #
 # Environment (the Makefile passes it): VERSION (must equal CARGO_VERSION, Cargo.toml's
 # [workspace.package] version: the binaries report that one), CARGO_VERSION, IMAGE_REPO,
@@ -68,24 +68,14 @@ deps() {
 	say "deps: all present (rustup targets for: $arches; ${pkgs[*]}; cargo-cyclonedx)"
 }
 
-# The chart package as `helm package` makes it (Helm's own code, through helm-python-sdk), then
-# rendered from the archive with its defaults: the image it names must be the release's.
+# The chart package as `helm package` makes it: Helm's own code, through helm-python-sdk
+# (tests/release-check.sh lints and renders it from the archive).
 package_chart() {
 	"$venv/bin/python" -c 'import helm_python' 2>/dev/null ||
 		die "no helm-python-sdk in $venv: run tests/validate-manifests.sh once (make validate-manifests), which installs it"
-	"$venv/bin/python" - charts/roce-ipvlan "$dist" "$VERSION" "$image_repo:$VERSION" <<'PY'
-import os, sys, yaml, helm_python as helm
-chart_dir, dest, version, image = sys.argv[1:]
-tgz = helm.package(chart_dir, destination=dest)
-assert os.path.basename(tgz) == f"roce-ipvlan-{version}.tgz", tgz
-chart = helm.Chart.load_archive(open(tgz, "rb").read())
-docs = [d for t, text in chart.render(None, name="roce-ipvlan", namespace="roce-ipvlan", is_install=True).items()
-        if t.endswith(".yaml") for d in yaml.safe_load_all(text) if d]
-images = {c["image"] for d in docs if d["kind"] == "DaemonSet"
-          for c in d["spec"]["template"]["spec"]["containers"]}
-assert images == {image}, f"the packaged chart renders the image {images}, expected {image}"
-print(f"release: {tgz}: renders {len(docs)} objects, image {image}")
-PY
+	"$venv/bin/python" -c 'import sys, helm_python as helm; print("release:", helm.package(sys.argv[1], destination=sys.argv[2]))' \
+		charts/roce-ipvlan "$dist"
+	[[ -f $dist/roce-ipvlan-$VERSION.tgz ]] || die "helm package made no $dist/roce-ipvlan-$VERSION.tgz"
 }
 
 # A kustomize build, checked to name the image as it will be published.
@@ -125,12 +115,6 @@ build() {
 		for b in roce-ipvlan roce-ipvlan-annotate; do
 			install -m 0755 "target/$t/release/$b" "$dist/$b-linux-$plat"
 		done
-		if [[ $(platform "$host") == "$plat" ]]; then
-			"$dist/roce-ipvlan-linux-$plat" --version | grep -qF "$VERSION" || die "roce-ipvlan-linux-$plat --version does not say $VERSION"
-		elif command -v qemu-aarch64-static >/dev/null && [[ $plat == arm64 ]]; then
-			qemu-aarch64-static "$dist/roce-ipvlan-linux-$plat" --version | grep -qF "$VERSION" ||
-				die "roce-ipvlan-linux-$plat --version (qemu-aarch64-static) does not say $VERSION"
-		fi
 		rm -f "$dist/roce-ipvlan-$VERSION-image-linux-$plat.oci.tar"
 		"$builder" save --format oci-archive -o "$dist/roce-ipvlan-$VERSION-image-linux-$plat.oci.tar" "$image_repo:$VERSION-$plat"
 		images+=("$image_repo:$VERSION-$plat")
@@ -156,7 +140,8 @@ build() {
 	files=$(cd "$dist" && find . -type f -printf '%P\n' | sort)
 	# shellcheck disable=SC2086 # the release's own file names: no blanks
 	(cd "$dist" && sha256sum $files >SHA256SUMS && sha256sum -c SHA256SUMS)
-	say "made $dist in $((SECONDS - started)) s (SHA256SUMS checked):"
+	tests/release-check.sh "$dist"
+	say "made $dist in $((SECONDS - started)) s (checked: tests/release-check.sh):"
 	ls -l "$dist"
 }
 
