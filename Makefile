@@ -44,7 +44,7 @@
 #                  host directory: lands atomically, executable, answers VERSION (tests/image-test.sh)
 #   make release   dist/roce-ipvlan-$(VERSION)/ (VERSION must be Cargo.toml's): the static binaries
 #                  and the image (OCI archive) of amd64 and arm64, the image index of both, the
-#                  chart package, the kustomize bundles, a CycloneDX SBOM and SHA256SUMS, checked
+#                  chart package, the kustomize bundles, CycloneDX SBOMs and SHA256SUMS, checked
 #                  (tools/release.sh, docs/deploy.md#install-a-release); make release-deps installs
 #                  what it needs (rustup targets, apt-get, cargo install); not part of make test
 #   make vm-shell  interactive shell in the VM, rails and rxe devices set up
@@ -211,7 +211,7 @@ image-push:
 
 # The release folder dist/roce-ipvlan-$(VERSION)/ (docs/deploy.md#install-a-release): each
 # RELEASE_ARCHES' static binaries and image (an OCI archive), the multi-arch image index, the
-# chart package, the kustomize bundles, the SBOM, SHA256SUMS (tools/release.sh). VERSION must be
+# chart package, the kustomize bundles, an SBOM per architecture, SHA256SUMS (tools/release.sh). VERSION must be
 # Cargo.toml's: the binaries report that one. Not part of make test.
 RELEASE_ARCHES ?= x86_64 aarch64
 RELEASE_ENV = VERSION=$(VERSION) CARGO_VERSION=$(CARGO_VERSION) IMAGE_REPO=$(IMAGE_REPO) \
