@@ -154,7 +154,7 @@ test:
 	$(MAKE) fuzz-smoke
 	$(MAKE) validate-manifests
 	$(MAKE) image-test
-	CONC_PODS=$${CONC_PODS:-16} SUITE_EXPECT=91 $(MAKE) vm-test
+	CONC_PODS=$${CONC_PODS:-16} SUITE_EXPECT=93 $(MAKE) vm-test
 	$(MAKE) k8s-build-bg
 	$(MAKE) vm-rust
 	SUITE_EXPECT=5 $(MAKE) vm-ofed

@@ -31,6 +31,7 @@ pub(crate) mod attach {
     pub(crate) mod budget;
     pub(crate) mod device_info;
     pub(crate) mod failpoint;
+    pub(crate) mod gid_capacity;
     pub(crate) mod ipam;
     pub(crate) mod ipv6;
     pub(crate) mod ipvlan;

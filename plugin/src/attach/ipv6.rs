@@ -386,8 +386,30 @@ pub fn wait(
 /// An IPv6 address from IPAM (a placeholder, say) needs IPv6 on the child even when the pod has
 /// it off by default; as the reference ipvlan plugin does, on this link only. With SLAAC the
 /// configuration already has them (sysctl_keys::slaac_defaults).
+///
+/// A child without an IPv6 address gets IPv6 off instead, unless `ipv6.linkLocal` keeps it:
+/// its link-local address would be of no use to RDMA and takes as many GID table slots as
+/// the child's IPv4 address (a RoCE v1 and a v2 entry each), and a rail's table is small
+/// (ConnectX: 256 slots per port; gid_capacity.rs). Written before the link comes up, so the
+/// link-local address is never made. Left alone when the configuration's `sysctl` sets it,
+/// and on a kernel without IPv6 (`ipv6.disable=1`: no /proc/sys/net/ipv6).
 pub fn sysctls(conf: &NetConf, ips: &[IpConfig], ifname: &str) -> Result<Vec<Sysctl>> {
     let mut more = Vec::new();
+    let any_v6 = ips.iter().any(|ip| ip.address.is_ipv6());
+    if !any_v6
+        && !conf.ipv6_link_local
+        && !conf
+            .sysctls
+            .iter()
+            .any(|s| !s.pod_wide && s.key.ends_with(".disable_ipv6"))
+        && std::path::Path::new("/proc/sys/net/ipv6").exists()
+    {
+        more.push(sysctl_keys::validate(
+            sysctl_keys::DISABLE_IPV6,
+            "1",
+            ifname,
+        )?);
+    }
     if conf.slaac.is_none() && ips.iter().any(|ip| ip.address.is_ipv6()) {
         if !conf
             .sysctls
@@ -786,11 +808,49 @@ mod tests {
     }
 
     #[test]
+    fn an_ipv4_only_child_gets_ipv6_off_unless_the_configuration_keeps_it() {
+        if !std::path::Path::new("/proc/sys/net/ipv6").exists() {
+            // Not a skip: without IPv6 the rule is to write nothing, checked here.
+            let c = net_conf(serde_json::json!({}));
+            assert!(sysctls(&c, &[ip("10.9.0.2/16")], "net1")
+                .unwrap()
+                .is_empty());
+            return;
+        }
+        let off = |extra| {
+            let more = sysctls(&net_conf(extra), &[ip("10.9.0.2/16")], "net1").unwrap();
+            more.iter()
+                .map(|s| (s.key.clone(), s.value.clone()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            off(serde_json::json!({})),
+            [("net.ipv6.conf.net1.disable_ipv6".to_owned(), "1".to_owned())]
+        );
+        assert!(off(serde_json::json!({"ipv6": {"linkLocal": true}})).is_empty());
+        // The configuration's own value is what gets written (as part of its sysctls).
+        assert!(off(serde_json::json!({
+            "sysctl": {"net.ipv6.conf.IFNAME.disable_ipv6": "0"}
+        }))
+        .is_empty());
+        // An IPv6 address needs IPv6 on, whatever linkLocal says.
+        let both = sysctls(
+            &net_conf(serde_json::json!({})),
+            &[ip("10.9.0.2/16"), ip("fd01::2/64")],
+            "net1",
+        )
+        .unwrap();
+        assert!(both
+            .iter()
+            .any(|s| s.key.ends_with(".disable_ipv6") && s.value == "0"));
+        assert!(!both
+            .iter()
+            .any(|s| s.value == "1" && s.key.ends_with(".disable_ipv6")));
+    }
+
+    #[test]
     fn an_ipam_ipv6_address_turns_ipv6_on_for_the_child_only() {
         let c = net_conf(serde_json::json!({}));
-        assert!(sysctls(&c, &[ip("10.9.0.2/16")], "net1")
-            .unwrap()
-            .is_empty());
         let more = sysctls(&c, &[ip("10.9.0.2/16"), ip("fd01::2/64")], "net1").unwrap();
         assert_eq!(
             keys(&more),

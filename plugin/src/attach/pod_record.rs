@@ -102,6 +102,10 @@ pub struct Rail {
     /// As the GID table prints it (sysfs, show_gids): eight groups of four hex digits.
     pub gid: String,
     pub addresses: Vec<IpNetwork>,
+    /// How many slots of the rail's GID table the child's addresses take (one per address and
+    /// GID type), for the capacity check (gid_capacity.rs); absent in records of 0.1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gid_slots: Option<u32>,
 }
 
 /// The GID as /sys/class/infiniband/<dev>/ports/<port>/gids/<index> prints it.
@@ -124,6 +128,10 @@ pub struct Record {
     pub ifname: String,
     pub pod: PodRef,
     pub rails: Vec<Rail>,
+    /// The pod's network namespace (CNI_NETNS): a record whose namespace is gone describes
+    /// children that are gone too, so the capacity check does not count them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub netns: Option<String>,
 }
 
 /// The record's file name; None for names ADD refuses (DEL takes any), which never had one.
@@ -313,7 +321,9 @@ mod tests {
                 gid_index: 3,
                 gid: gid_text("::ffff:10.0.0.5".parse().unwrap()),
                 addresses: vec!["10.0.0.5/24".parse().unwrap()],
+                gid_slots: Some(2),
             }],
+            netns: None,
         }
     }
 
@@ -363,9 +373,18 @@ mod tests {
                         "uid": "0b6e2a3c-7d1f-4e0a-9c55-3f2d1e0a9b88"},
                 "rails": [{"interface": "net1", "rail": "rdma0", "device": "mlx5_0", "port": 1,
                            "gidIndex": 3, "gid": "0000:0000:0000:0000:0000:ffff:0a00:0005",
-                           "addresses": ["10.0.0.5/24"]}]
+                           "addresses": ["10.0.0.5/24"], "gidSlots": 2}]
             })
         );
+        // The fields gid_capacity.rs counts with are optional: records of 0.1 still read.
+        let mut old = sample("c1", "net1", "rails");
+        old.rails[0].gid_slots = None;
+        let mut text = serde_json::to_value(&old).unwrap();
+        assert!(text["rails"][0].get("gidSlots").is_none() && text.get("netns").is_none());
+        text["netns"] = "/var/run/netns/cni-1".into();
+        let read: Record = serde_json::from_value(text).unwrap();
+        assert_eq!(read.netns.as_deref(), Some("/var/run/netns/cni-1"));
+        assert_eq!(read.rails, old.rails);
     }
 
     #[test]

@@ -8,6 +8,7 @@ use serde_json::Value;
 use crate::attach::budget::Budget;
 use crate::attach::device_info;
 use crate::attach::failpoint::failpoint;
+use crate::attach::gid_capacity;
 use crate::attach::ipam::Ipam;
 use crate::attach::ipv6;
 use crate::attach::ipvlan;
@@ -99,6 +100,8 @@ struct CheckedRail {
     sysctls: Vec<Sysctl>,
     /// For `rails`: the attachment's CNI_IFNAME, added to the child's ifalias (ipvlan.rs).
     tie: Option<String>,
+    /// GID table entries per address on this rail's port (gid_capacity.rs).
+    gid_types: usize,
 }
 
 /// What one rail's build left: its undo steps, its socket in the pod (for them), and either
@@ -135,6 +138,7 @@ pub fn add(env: &Env, conf: &NetConf) -> Result<Value> {
     let mut undos = Vec::with_capacity(runs.len());
     for (rail, run) in ready.rails.iter().zip(runs) {
         if let Err(e) = run.outcome {
+            let e = capacity_cause(rail, e);
             let e = if ready.rails.len() > 1 {
                 Error::OnRail {
                     rail: rail.master.name.clone(),
@@ -186,8 +190,11 @@ fn validate<'a>(env: &'a Env, conf: &'a NetConf, budget: Budget) -> Result<Check
         check_master(conf, master)?;
     }
     let ports = rail::rdma_ports(&found, conf.rdma.port)?;
+    let gid_types = check_capacity(conf, &found, &ports)?;
     let mut rails = Vec::with_capacity(found.len());
-    for (i, ((_, master), port)) in found.into_iter().zip(ports).enumerate() {
+    for (i, (((_, master), port), gid_types)) in
+        found.into_iter().zip(ports).zip(gid_types).enumerate()
+    {
         if i == 0 {
             require_shared_netns_mode(&port, &master)?;
         }
@@ -211,6 +218,7 @@ fn validate<'a>(env: &'a Env, conf: &'a NetConf, budget: Budget) -> Result<Check
             port,
             sysctls,
             tie,
+            gid_types,
         });
     }
     let pod = RouteSocket::open_in(&netns)?;
@@ -245,6 +253,49 @@ fn validate<'a>(env: &'a Env, conf: &'a NetConf, budget: Budget) -> Result<Check
         rails,
         budget,
     })
+}
+
+/// Every rail's GID table has room for the child's entries (gid_capacity.rs): refused with 110
+/// before anything changes. Returns each rail's entries per address. A table that cannot be
+/// read is not judged here: the GID wait reads it again and says what failed.
+fn check_capacity(
+    conf: &NetConf,
+    found: &[(rail::Rail, Link)],
+    ports: &[RdmaPort],
+) -> Result<Vec<usize>> {
+    let records = gid_capacity::records();
+    let sysfs = Sysfs::system();
+    let mut types = Vec::with_capacity(ports.len());
+    for ((_, master), port) in found.iter().zip(ports) {
+        match gid_capacity::measure(&sysfs, port, &records) {
+            Ok(usage) => {
+                let need = usage.types * gid_capacity::addresses_needed(conf);
+                tracing::debug!(rail = %master.name, used = usage.used(), slots = usage.slots, need, "GID table counted");
+                gid_capacity::check(&master.name, &usage, need)?;
+                types.push(usage.types);
+            }
+            Err(e) => {
+                tracing::warn!(rail = %master.name, %port, error = %e, "cannot count the GID table; not checking its room");
+                types.push(2);
+            }
+        }
+    }
+    Ok(types)
+}
+
+/// A GID wait that timed out on a table with no room left failed for that reason: another ADD
+/// took the last slots since the check, or what the node cannot see filled it (gid_capacity.rs).
+fn capacity_cause(rail: &CheckedRail, err: Error) -> Error {
+    if !matches!(err, Error::GidTimeout(_)) {
+        return err;
+    }
+    match gid_capacity::is_full(&rail.port) {
+        Some(usage) => {
+            tracing::warn!(error = %err, "the GID wait timed out on a full table");
+            gid_capacity::full(&rail.master.name, &usage, usage.types)
+        }
+        None => err,
+    }
 }
 
 /// A rail the child can be made on: up, and with room for the configured MTU.
@@ -407,6 +458,8 @@ fn record(env: &Env, r: &Checked<'_>, runs: &[RailRun]) {
         .zip(runs)
         .filter_map(|(rail, run)| {
             let built = run.outcome.as_ref().ok()?;
+            let ips = &built.result.ips;
+            let ipv6_on = r.conf.ipv6_link_local || ips.iter().any(|ip| ip.address.is_ipv6());
             Some(pod_record::Rail {
                 interface: rail.env.ifname.clone(),
                 rail: rail.master.name.clone(),
@@ -414,7 +467,13 @@ fn record(env: &Env, r: &Checked<'_>, runs: &[RailRun]) {
                 port: built.roce.port,
                 gid_index: built.roce.gid_index,
                 gid: pod_record::gid_text(built.roce.gid),
-                addresses: built.result.ips.iter().map(|ip| ip.address).collect(),
+                addresses: ips.iter().map(|ip| ip.address).collect(),
+                gid_slots: u32::try_from(gid_capacity::slots_taken(
+                    rail.gid_types,
+                    ips.len(),
+                    ipv6_on,
+                ))
+                .ok(),
             })
         })
         .collect();
@@ -425,6 +484,7 @@ fn record(env: &Env, r: &Checked<'_>, runs: &[RailRun]) {
         ifname: env.ifname.clone(),
         pod,
         rails,
+        netns: env.netns.as_ref().map(|p| p.display().to_string()),
     };
     match pod_record::write(std::path::Path::new(pod_record::DIR), &record) {
         Ok(path) => {

@@ -71,6 +71,7 @@ struct RawRdma {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct RawIpv6 {
     slaac: Option<bool>,
+    link_local: Option<bool>,
     prefix: Option<String>,
     dad: Option<String>,
     ra_timeout_ms: Option<u64>,
@@ -94,6 +95,9 @@ pub struct NetConf {
     /// for each child of a multi-rail attachment ([`NetConf::sysctls_for`]).
     sysctl_spec: (SysctlPairs, SysctlPairs),
     pub source_routing: bool,
+    /// `ipv6.linkLocal`: a child without an IPv6 address keeps IPv6 on, so its link-local
+    /// address and that address's GIDs (ipv6.rs); always true with SLAAC.
+    pub ipv6_link_local: bool,
     pub rdma: RdmaConf,
     /// IPv6 SLAAC on routed rails; `None` when off.
     pub slaac: Option<SlaacConf>,
@@ -232,8 +236,19 @@ impl NetConf {
             .ipv6
             .as_ref()
             .is_some_and(|v6| v6.retrans_time_ms.is_some());
+        let link_local = conf.ipv6.as_ref().and_then(|v6| v6.link_local);
         let slaac = match conf.ipv6 {
-            Some(v6) if v6.slaac.unwrap_or(false) => Some(slaac_conf(v6)?),
+            Some(v6) if v6.slaac.unwrap_or(false) => {
+                if link_local == Some(false) {
+                    return bad(
+                        "\"ipv6.linkLocal\": false with \"slaac\": true: SLAAC needs the \
+                         child's IPv6 link-local address (router solicitations and DAD are sent \
+                         from it); leave \"linkLocal\" out"
+                            .into(),
+                    );
+                }
+                Some(slaac_conf(v6)?)
+            }
             Some(v6)
                 if v6.prefix.is_some()
                     || v6.dad.is_some()
@@ -363,6 +378,7 @@ impl NetConf {
             sysctls,
             sysctl_spec: (defaults, conf.sysctl),
             source_routing: conf.source_routing.unwrap_or(true),
+            ipv6_link_local: slaac.is_some() || link_local.unwrap_or(false),
             rdma,
             slaac,
             log: LogConf {
@@ -536,6 +552,7 @@ impl NetConf {
             sysctls: Vec::new(),
             sysctl_spec: (Vec::new(), Vec::new()),
             source_routing: true,
+            ipv6_link_local: false,
             rdma: RdmaConf {
                 device: None,
                 port: None,
@@ -961,6 +978,19 @@ mod tests {
 
     #[test]
     fn slaac_refusals() {
+        refused(
+            with("ipv6", json!({"slaac": true, "linkLocal": false})),
+            7,
+            "SLAAC needs the child's IPv6 link-local",
+        );
+        let kept = NetConf::parse(
+            with("ipv6", json!({"linkLocal": true}))
+                .to_string()
+                .as_bytes(),
+            "net1",
+        )
+        .unwrap();
+        assert!(kept.ipv6_link_local && kept.slaac.is_none());
         refused(
             with("ipv6", json!({"slaac": true, "dad": "maybe"})),
             7,

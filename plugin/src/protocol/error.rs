@@ -67,6 +67,10 @@ pub enum Error {
     #[error("{0}")]
     GidTimeout(String),
 
+    /// 110: the rail's GID table has no room for the child's GIDs (gid_capacity.rs).
+    #[error("{0}")]
+    GidTableFull(String),
+
     /// 105: CNI_NETNS is missing or is not a network namespace.
     #[error("{0}")]
     Netns(String),
@@ -131,6 +135,7 @@ impl Error {
             Error::CheckFailed(_) => 107,
             Error::Io { .. } => 108,
             Error::Slaac(_) => 109,
+            Error::GidTableFull(_) => 110,
         }
     }
 
@@ -256,6 +261,7 @@ mod tests {
             (Error::Sysctl("x".into()), 106),
             (Error::CheckFailed("x".into()), 107),
             (Error::Slaac("x".into()), 109),
+            (Error::GidTableFull("x".into()), 110),
         ];
         for (err, code) in cases {
             assert_eq!(err.code(), code, "{err:?}");

@@ -661,8 +661,10 @@ mod tests {
                     gid_index: *index,
                     gid: "0000:0000:0000:0000:0000:ffff:0a00:0005".into(),
                     addresses: vec![],
+                    gid_slots: None,
                 })
                 .collect(),
+            netns: None,
         }
     }
 
@@ -994,6 +996,7 @@ mod tests {
                 gid_index: index,
                 gid: "fe80:0000:0000:0000:0000:0000:0000:0001".into(),
                 addresses: vec![],
+                gid_slots: None,
             });
             desired(&[r])[&p].len() - 2 // without the list's brackets
         };
@@ -1021,6 +1024,7 @@ mod tests {
                         gid_index: 131,
                         gid: "0000:0000:0000:0000:0000:ffff:0a38:0105".into(),
                         addresses: vec![],
+                        gid_slots: None,
                     })
                     .collect();
                 r

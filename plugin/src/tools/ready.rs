@@ -13,7 +13,7 @@
 //! Rail health, read-only, in the calling process's network namespace (the DaemonSet runs with
 //! hostNetwork, so that is the node's): the RDMA subsystem's netns mode is shared; every rail
 //! (each RDMA port with an Ethernet link layer whose netdev is here, or the netdevs `--rails`
-//! names) is up, its RDMA port ACTIVE, and its GID table has a free slot for a child's GID. The
+//! names) is up, its RDMA port ACTIVE, and its GID table has room for a child (gid_capacity.rs). The
 //! words are those of STATUS and `diagnose`. Reads sysfs, RDMA netlink and rtnetlink dumps
 //! only: no capability is needed, and no namespace is entered.
 //!
@@ -21,6 +21,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::attach::gid_capacity::{self, Usage};
 use crate::kernel::netlink::RouteSocket;
 use crate::kernel::rdma::{self, NetnsMode, RdmaPort, Sysfs};
 use crate::tools::cli::{self, Long, Parsed, Short};
@@ -47,9 +48,10 @@ pub struct RailFacts {
     /// None: no such link (it went away while being read).
     pub up: Option<bool>,
     pub state: Result<String, String>,
-    /// (used, total) slots of the GID table. Slots hidden by DOCA-OFED (GIDs of children in
-    /// pods) read as zeros, so `used` is a lower bound there.
-    pub gids: Result<(usize, usize), String>,
+    /// The GID table, counted as ADD counts it (attach/gid_capacity.rs). Slots hidden by
+    /// DOCA-OFED (GIDs of children in pods) read as zeros here, and the installer does not
+    /// mount the attachment records, so `used` is a lower bound there.
+    pub gids: Result<Usage, String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -132,9 +134,10 @@ pub fn rail_problems(facts: &NodeFacts) -> Vec<String> {
             Err(e) => out.push(format!("{name} is in an unknown state, not ACTIVE: {e}")),
         }
         match rail.gids {
-            Ok((used, total)) if used >= total => out.push(format!(
-                "the GID table of {name} is full ({used} of {total} slots used): a new child's \
-                 GID cannot be added, so ADD would time out waiting for it"
+            Ok(ref usage) if usage.free() < usage.types => out.push(format!(
+                "the GID table of {name} is full ({}): a new child's GIDs cannot be added, so \
+                 ADD fails with 110",
+                usage.describe()
             )),
             Ok(_) => {}
             Err(ref e) => out.push(format!("cannot read the GID table of {}: {e}", rail.port)),
@@ -167,15 +170,13 @@ pub fn gather(rails: Option<&[String]>, installed: &Path) -> NodeFacts {
         .cloned()
         .collect();
     let links = links_up(found.iter().map(|(n, _)| n.as_str()));
+    let records = gid_capacity::records();
     let rails = found
         .into_iter()
         .zip(links)
         .map(|((netdev, port), up)| RailFacts {
             state: sysfs.port_state(&port).map_err(|e| e.to_string()),
-            gids: sysfs
-                .read_gid_table(&port)
-                .map(|t| (t.visible().count(), t.slots.len()))
-                .map_err(|e| e.to_string()),
+            gids: gid_capacity::measure(&sysfs, &port, &records).map_err(|e| e.to_string()),
             netdev,
             port,
             up,
@@ -340,6 +341,20 @@ pub fn main(args: &[String]) -> i32 {
 mod tests {
     use super::*;
 
+    fn usage(visible: usize, slots: usize) -> Usage {
+        Usage {
+            port: RdmaPort {
+                device: "rxe0".into(),
+                port: 1,
+            },
+            slots,
+            visible,
+            hidden: 0,
+            hidden_children: 0,
+            types: 2,
+        }
+    }
+
     fn rail(netdev: &str) -> RailFacts {
         RailFacts {
             netdev: netdev.into(),
@@ -349,7 +364,7 @@ mod tests {
             },
             up: Some(true),
             state: Ok("4: ACTIVE".into()),
-            gids: Ok((2, 16)),
+            gids: Ok(usage(2, 16)),
         }
     }
 
@@ -447,7 +462,7 @@ mod tests {
 
         let mut f = healthy();
         f.rails[0].state = Ok("5: ACTIVE_DEFER".into());
-        f.rails[1].gids = Ok((16, 16));
+        f.rails[1].gids = Ok(usage(15, 16));
         f.netns_mode = Ok(NetnsMode::Exclusive);
         f.binary = BinaryFacts::Differs("/host/opt/cni/bin/roce-ipvlan".into());
         let p = problems(&f);
@@ -458,7 +473,7 @@ mod tests {
             "{p:?}"
         );
         assert!(p[2].contains("ACTIVE_DEFER, not ACTIVE"), "{p:?}");
-        assert!(p[3].contains("is full (16 of 16 slots used)"), "{p:?}");
+        assert!(p[3].contains("is full (15 of 16 slots used"), "{p:?}");
     }
 
     #[test]

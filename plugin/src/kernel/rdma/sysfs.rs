@@ -144,6 +144,26 @@ impl Sysfs {
         })
     }
 
+    /// The value of every slot (None: all zeros), by index: what the capacity check counts
+    /// (attach/gid_capacity.rs). Reads no attribute, so one file per slot, by number as
+    /// [`Sysfs::find_gid`] does.
+    pub fn gid_values(&self, port: &RdmaPort) -> io::Result<Vec<Option<Ipv6Addr>>> {
+        let dir = self.port_dir(port)?;
+        let mut values = Vec::new();
+        for index in 0.. {
+            match read_gid(&dir, index) {
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    if index == 0 {
+                        numbered_entries(&dir.join("gids"))?;
+                    }
+                    break;
+                }
+                read => values.push(read?),
+            }
+        }
+        Ok(values)
+    }
+
     /// The lowest index holding `gid` with type `gid_type`. Cheaper than
     /// [`Sysfs::read_gid_table`] for polling: reads only the values, from slot 0 up to the
     /// match, and the type of slots whose value matches. `gids/` holds every slot of the table
@@ -545,6 +565,10 @@ mod tests {
         );
         let table = sysfs.read_gid_table(&rxe0()).unwrap();
         assert_eq!(table.slots.len(), 1024);
+        let values = sysfs.gid_values(&rxe0()).unwrap();
+        assert_eq!(values.len(), 1024);
+        assert_eq!(values.iter().flatten().count(), 1);
+        assert_eq!(values[1000], Some(ours()));
         assert!(
             table.slots.windows(2).all(|w| w[0].index < w[1].index),
             "sorted by index"

@@ -97,6 +97,7 @@ pub fn analyze(snap: &Snapshot) -> Report {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernel::rdma::GidType;
     use crate::tools::diagnose::report::{Finding, Flavor, GidClass};
     use crate::tools::diagnose::snapshot::{IbCoreFacts, Netdev};
 
@@ -128,6 +129,48 @@ mod tests {
             .iter()
             .find(|f| f.code == code)
             .unwrap_or_else(|| panic!("no finding {code}: {:#?}", report.findings))
+    }
+
+    #[test]
+    fn a_full_gid_table_is_an_error_and_a_nearly_full_one_a_warning() {
+        let fill = |keep_free: usize| {
+            let mut snap = fixture("healthy-pod");
+            let gids = &mut snap.devices[0].ports[0].gids;
+            // A table of 64 slots: a tenth of it is 6.4.
+            let slots = 64;
+            for index in gids.len()..slots {
+                gids.push(crate::kernel::rdma::Gid::zero(index as u32));
+            }
+            for (i, slot) in gids.iter_mut().enumerate().skip(2) {
+                if i + keep_free < slots {
+                    slot.gid = Some(format!("fd00::{i:x}").parse().unwrap());
+                    slot.gid_type = Some(GidType::RoceV2);
+                    slot.ndev = Some("rdma0".into());
+                }
+            }
+            (slots, analyze(&snap))
+        };
+        let (slots, full) = fill(0);
+        assert!(!full.healthy);
+        let f = message(&full, "gid-table-full");
+        assert_eq!(f.severity, Severity::Error);
+        assert!(
+            f.message.contains(&format!(
+                "rail rdma0 (rxe0 port 1) has at most 0 free slots of {slots}"
+            )),
+            "{f:?}"
+        );
+        let (_, nearly) = fill(2);
+        assert_eq!(
+            message(&nearly, "gid-table-nearly-full").severity,
+            Severity::Warning
+        );
+        assert!(!codes(&nearly, Severity::Error).contains(&"gid-table-full"));
+        let (_, roomy) = fill(slots / 2);
+        assert!(roomy
+            .findings
+            .iter()
+            .all(|f| !f.code.starts_with("gid-table")));
     }
 
     #[test]

@@ -75,6 +75,7 @@ pub(super) fn device_findings(
     if rails.is_empty() {
         return;
     }
+    gid_capacity_findings(&rails, findings);
     for port in rails.iter().filter(|p| p.netdevs_here.is_empty()) {
         let hidden = port
             .gids
@@ -149,6 +150,51 @@ pub(super) fn device_findings(
                  resource alone only mounts /dev/infiniband)"
                     .into(),
             ),
+        ));
+    }
+}
+
+/// A rail's GID table with no room for one more child (one entry per RoCE version the port
+/// supports: how many slots hold the first visible value, as ADD counts in
+/// attach/gid_capacity.rs), or with less than a tenth left. Zero slots may still hold GIDs
+/// another namespace hides, so the free count is at most this.
+fn gid_capacity_findings(rails: &[&PortReport], findings: &mut Vec<Finding>) {
+    for port in rails.iter().filter(|p| !p.gids.is_empty()) {
+        let slots = port.gids.len();
+        let free = port
+            .gids
+            .iter()
+            .filter(|g| matches!(g.class, GidClass::Empty | GidClass::EmptyOrHidden))
+            .count();
+        let values: Vec<_> = port.gids.iter().filter_map(|g| g.slot.gid).collect();
+        let types = values
+            .first()
+            .map_or(2, |first| values.iter().filter(|v| *v == first).count())
+            .clamp(1, 2);
+        let fix = "free slots: delete pods that no longer need this rail, keep IPv6 off on IPv4                    rails (leave \"ipv6.linkLocal\" out: 2 entries less per child), remove                    addresses of the rail netdev on the node, or cap the pods per rail (the                    device plugin's resource count)";
+        let (severity, code, what) = if free < types {
+            (
+                Severity::Error,
+                "gid-table-full",
+                "no room for one more child's GIDs: ADD fails with 110",
+            )
+        } else if free * 10 < slots {
+            (
+                Severity::Warning,
+                "gid-table-nearly-full",
+                "less than a tenth left; each address of a child takes one per RoCE version",
+            )
+        } else {
+            continue;
+        };
+        findings.push(finding(
+            severity,
+            code,
+            format!(
+                "the GID table of {} has at most {free} free slots of {slots}: {what}",
+                port.rail_name()
+            ),
+            Some(fix.into()),
         ));
     }
 }
