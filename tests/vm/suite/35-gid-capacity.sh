@@ -79,9 +79,10 @@ test_gid_capacity_a_full_table_fails_add_with_110_before_any_change() {
 	assert_ok cnidriver del /tmp/full.conf /run/netns/full
 }
 
-# Fewer GIDs per child: an IPv4 child has IPv6 off unless the configuration keeps it, so it
-# takes 2 slots, not 4 (its link-local fe80:: address as v1 and v2); on a ConnectX port of 256
-# slots that doubles the children a rail holds. The children have names of their own: on the
+# Fewer GIDs per child: an IPv4 child has IPv6 off unless the configuration keeps it, so on
+# ConnectX it takes 2 slots, not 4 (its link-local fe80:: address as v1 and v2; 1 and 2 on this
+# kernel's Soft-RoCE, v2 only); on a ConnectX port of 256 slots that doubles the children a
+# rail holds. The children have names of their own: on the
 # kernel's own ib_core a pod reads other namespaces' entries too, whose children may be net1.
 test_gid_capacity_an_ipv4_child_takes_two_slots_four_with_link_local() {
 	require_plugin
