@@ -82,9 +82,10 @@ test_gid_capacity_a_full_table_fails_add_with_110_before_any_change() {
 # Fewer GIDs per child: an IPv4 child has IPv6 off unless the configuration keeps it, so on
 # ConnectX it takes 2 slots, not 4 (its link-local fe80:: address as v1 and v2; 1 and 2 on this
 # kernel's Soft-RoCE, v2 only); on a ConnectX port of 256 slots that doubles the children a
-# rail holds. The children have names of their own: on the
-# kernel's own ib_core a pod reads other namespaces' entries too, whose children may be net1.
-test_gid_capacity_an_ipv4_child_takes_two_slots_four_with_link_local() {
+# rail holds. Kept, the link-local address takes at least as many again (the kernel may add
+# more: 3 slots were seen here). The children have names of their own: on the kernel's own
+# ib_core a pod reads other namespaces' entries too, whose children may be net1.
+test_gid_capacity_an_ipv4_child_takes_one_slot_per_roce_version_more_with_link_local() {
 	require_plugin
 	local rail=rdma2 dev
 	dev=$(rail_rdma_dev $rail)
@@ -101,12 +102,17 @@ test_gid_capacity_an_ipv4_child_takes_two_slots_four_with_link_local() {
 	roce_conf /tmp/v4ll.conf v4ll $rail 1.0.0 10.9.52.0/24 '{"ipv6": {"linkLocal": true}}'
 	new_pod v4ll
 	assert_ok cnidriver add /tmp/v4ll.conf /run/netns/v4ll --ifname gcap2
-	local _
-	for _ in $(seq 100); do
-		[[ $(pod_gid_count v4ll "$dev" gcap2) == $((2 * $(gid_types "$dev"))) ]] && break
-		sleep 0.1
+	# Kept, the link-local address becomes GIDs of the child too (the kernel adds them from a
+	# work queue, after DAD): more slots than without it, at least one per RoCE version more.
+	local _ n t
+	t=$(gid_types "$dev")
+	for _ in $(seq 10); do
+		n=$(pod_gid_count v4ll "$dev" gcap2)
+		((n >= 2 * t)) && break
+		sleep 1
 	done
-	assert_eq "$(pod_gid_count v4ll "$dev" gcap2)" $((2 * $(gid_types "$dev"))) "GID slots of an IPv4 child with its IPv6 link-local"
+	note "gcap2 owns $n slots with its link-local address kept"
+	((n >= 2 * t)) || fail "GID slots of an IPv4 child with its IPv6 link-local: $n, expected at least $((2 * $(gid_types "$dev")))"
 	assert_match "$(in_pod v4ll ip -6 -o addr show dev gcap2)" 'inet6 fe80::' "the link-local address is kept"
 	assert_ok cnidriver del /tmp/v4ll.conf /run/netns/v4ll --ifname gcap2
 }
