@@ -17,17 +17,7 @@ fabric_host_setup
 others=(b)
 [[ $FABRIC_LAYOUT == routed6 ]] && others=(r b)
 for h in "${others[@]}"; do
-	for _ in $(seq 3000); do
-		[[ -e $FABRIC_SHARE/ready-$h || -e $FABRIC_SHARE/gone-$h ]] && break
-		sleep 0.1
-	done
-	[[ -e $FABRIC_SHARE/ready-$h ]] && continue
-	if [[ -e $FABRIC_SHARE/gone-$h ]]; then
-		echo "fabric: host $h's VM ended (tests/vm/run.sh exit code $(cat "$FABRIC_SHARE/gone-$h")) before it was ready, after $SECONDS s; its log follows the run" >&2
-	else
-		echo "fabric: host $h was not ready after 300 s; its log follows the run" >&2
-	fi
-	exit 1
+	fabric_wait_ready "$h" 600 || exit 1
 done
 echo "fabric: hosts a ${others[*]} ready after $SECONDS s ($FABRIC_LAYOUT)"
 exec bash "$script" "$@"

@@ -92,6 +92,23 @@ on() {
 	return "$rc"
 }
 
+# fabric_wait_ready HOST SECONDS: wait until HOST's agent said ready (ready-HOST in the share);
+# 1 with the reason on stderr when its VM ended first or SECONDS passed.
+fabric_wait_ready() {
+	local host=$1 limit=$2 start=$SECONDS
+	while ((SECONDS - start < limit)); do
+		[[ -e $FABRIC_SHARE/ready-$host ]] && return 0
+		if [[ -e $FABRIC_SHARE/gone-$host ]]; then
+			echo "fabric: host $host's VM ended (tests/vm/run.sh exit code $(cat "$FABRIC_SHARE/gone-$host")) before it was ready, after $((SECONDS - start)) s of waiting; its log follows the run" >&2
+			return 1
+		fi
+		sleep 0.1
+	done
+	[[ -e $FABRIC_SHARE/ready-$host ]] && return 0
+	echo "fabric: host $host was not ready after $limit s; its log follows the run" >&2
+	return 1
+}
+
 # --- host set-up (agent.sh and host-a.sh call it once, before the host is "ready") ---
 
 fabric_publish_addrs() { # the "RAIL ADDRESS MAC" lines fabric_addr reads
@@ -135,6 +152,10 @@ fabric_host_setup() {
 			i=$((i + 1))
 		done
 	else
+		# The router boots beside this host and may come up minutes later on a loaded machine
+		# (two routed6 runs inside make test failed so: host a gave up on SLAAC after 90 s while
+		# r had not yet printed a line). Wait until its radvd runs, then solicit.
+		fabric_wait_ready r 600 || return 1
 		for rail in $FABRIC_RAILS; do
 			sysctl -qw "net.ipv6.conf.$rail.accept_ra=2" "net.ipv6.conf.$rail.accept_dad=0"
 			# A link bounce makes the kernel solicit a router at once.
@@ -142,7 +163,7 @@ fabric_host_setup() {
 			ip link set "$rail" up
 		done
 		for rail in $FABRIC_RAILS; do
-			# The router boots beside this host: its first advertisements may take a while.
+			# radvd answers a solicitation at once; 90 s covers its periodic advertisements too.
 			for _ in $(seq 900); do
 				[[ -n $(ip -6 -o addr show dev "$rail" scope global) ]] && break
 				sleep 0.1
