@@ -176,7 +176,7 @@ test_gid_timeout_fails_104_and_undoes_everything() {
 	assert_eq "$(in_pod gidto ip -o link show | awk -F': ' '{print $2}' | tr '\n' ' ')" "lo " \
 		"links left in the pod"
 	assert_eq "$(host_local_ips gidto)" "" "host-local allocations after the failed ADD"
-	assert_eq "$(in_pod gidto ip rule show | grep -c 'lookup 1[0-9][0-9][0-9][0-9]' || true)" 0 \
+	assert_eq "$(count_lines 'lookup 1[0-9]{4}' in_pod gidto ip rule show)" 0 \
 		"source rules left in the pod"
 	assert_eq "$(in_pod gidto sysctl -n net.ipv4.conf.all.rp_filter)" 1 "pod-wide rp_filter restored"
 }

@@ -183,8 +183,8 @@ test_concurrency_pods_by_rails_rounds() {
 		t_del=$((SECONDS - start))
 		assert_eq "$(host_local_ips conc)" "" "round $round: host-local allocations after DEL"
 		for p in $(seq "$CONC_PODS"); do
-			assert_eq "$(ip -n "conc$p" -o link show | grep -vc ': lo:' || true)" 0 "round $round: links left in conc$p"
-			assert_eq "$(ip -n "conc$p" rule show | grep -cE 'lookup 1[0-9]{4}' || true)" 0 "round $round: rules left in conc$p"
+			assert_eq "$(count_lines -v ': lo:' ip -n "conc$p" -o link show)" 0 "round $round: links left in conc$p"
+			assert_eq "$(count_lines 'lookup 1[0-9]{4}' ip -n "conc$p" rule show)" 0 "round $round: rules left in conc$p"
 			ip netns del "conc$p"
 		done
 		assert_eq "$(host_snapshot | diff /tmp/conc/host.before - || true)" "" "round $round: the host changed"
