@@ -22,7 +22,8 @@
 #   6. test counts: make test's SUITE_EXPECT for each tier equals the tests the tier runs (the
 #      test_* functions of its suite files under its skip rules, the ignored Rust tests, the fuzz
 #      targets), and docs/testing.md quotes those numbers (the SUITE_EXPECT list, the VM suite's
-#      size and shards, routed6's count).
+#      size and shards, routed6's count); make k8s-test's time range holds every run the page
+#      lists for it, and each of those is a run the page reports.
 #   tests/check-docs.sh      Environment: ROCE_IPVLAN_BIN (default target/debug/roce-ipvlan).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -221,6 +222,18 @@ for path in files:
                 cause_quotes += 1
                 fact(causes[named[0]][1] == c,
                      f"{path}: quotes code {c} for {named[0]}, which ADD answers with {causes[named[0]][1]}: {short}")
+
+# make k8s-test's time: the range docs/testing.md gives holds every run it lists, and each listed
+# run is one the page reports ("k8s-test N s").
+m = re.search(r"the whole `make k8s-test` (\d+) to (\d+) min \(([\d\s,and]+) s measured below\)", testing := read("docs/testing.md"))
+fact(m is not None, "docs/testing.md: no 'the whole `make k8s-test` A to B min (N, ... s measured below)' figure")
+if m:
+    lo, hi = int(m.group(1)), int(m.group(2))
+    runs_s = [int(re.sub(r"\s", "", x)) for x in re.split(r",\s*|\s+and\s+", m.group(3).strip())]
+    reported = {int(x.replace(" ", "")) for x in re.findall(r"k8s-test\s+(\d[\d ]*\d) s", testing)}
+    for r in runs_s:
+        fact(lo * 60 <= r <= hi * 60, f"docs/testing.md: k8s-test's {r} s is outside the {lo} to {hi} min it quotes")
+        fact(r in reported, f"docs/testing.md: k8s-test's {r} s is not a run the page reports ('k8s-test {r} s')")
 
 # --version's commit: README's order of sources is build.rs's.
 build_rs = read("plugin/build.rs")
