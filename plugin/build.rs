@@ -1,6 +1,7 @@
-//! Puts the git commit into `roce-ipvlan --version` (env ROCE_IPVLAN_COMMIT at compile time).
-//! Outside a git checkout (a source tarball, a build container without .git) the commit comes
-//! from the ROCE_IPVLAN_COMMIT environment variable, else it is "unknown".
+//! Puts the git commit into `roce-ipvlan --version` (env ROCE_IPVLAN_COMMIT at compile time):
+//! the ROCE_IPVLAN_COMMIT environment variable when it is set and not empty (a source tarball,
+//! a build container without .git, a release naming its commit), else `git rev-parse --short
+//! HEAD`, else "unknown". README.md#building says the same.
 
 use std::process::Command;
 

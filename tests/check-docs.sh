@@ -14,7 +14,16 @@
 #   4. figures and codes the docs quote that the code or the Makefile defines: the error-code
 #      tables against error.rs (and the code of the exclusive netns mode refusal), the ifalias
 #      keys ADD writes against contract.md, make fuzz's duration, the concurrency test's size,
-#      every example naming the image listed in examples/kustomization.yaml, and the static binary's size (when built) within 5 % of deploy.md's figure.
+#      every example naming the image listed in examples/kustomization.yaml, and the static binary's size (when built) within 5 % of deploy.md's figure;
+#   5. error codes quoted in the prose ("code 104", "fails with 109", "(110)"): each one error.rs
+#      assigns, and a sentence that quotes one code and names one cause with a code of its own
+#      (exclusive netns mode, a full GID table, a failpoint, DAD/SLAAC, the GID wait's timeout)
+#      quotes that cause's code;
+#   6. test counts: make test's SUITE_EXPECT for each tier equals the tests the tier runs (the
+#      test_* functions of its suite files under its skip rules, the ignored Rust tests, the fuzz
+#      targets), and docs/testing.md quotes those numbers (the SUITE_EXPECT list, the VM suite's
+#      size and shards, routed6's count); make k8s-test's time range holds every run the page
+#      lists for it, and each of those is a run the page reports.
 #   tests/check-docs.sh      Environment: ROCE_IPVLAN_BIN (default target/debug/roce-ipvlan).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -181,6 +190,113 @@ if m and os.path.exists(static):
     fact(abs(quoted - size) <= size * 0.05,
          f"docs/deploy.md quotes {quoted} bytes for the static binary; {static} has {size}")
 
+# Error codes quoted in the prose. A quote is "code N", "codes N", "with N", "with code N" or
+# "(N" for the plugin's own codes (1xx) and 999; a number followed by a unit is a figure.
+quote = re.compile(r"\b(?:[Cc]odes?\s+|with\s+(?:code\s+)?|\()(1\d\d|999)\b"
+                   r"(?!\s?(?:s|ms|bytes|KB|MB|min|tests|pods|GIDs|entries|slots)\b)")
+m = re.search(r"Exclusive\) => Err\(Error::(\w+)\(", add_rs)
+causes = {
+    "exclusive netns mode": (r"exclusive (?:RDMA )?netns mode|netns exclusive|exclusive mode", variant_code.get(m.group(1) if m else "", "?")),
+    "a full GID table": (r"GID table|GID-table|no room|has room", variant_code.get("GidTableFull", "?")),
+    "a failpoint": (r"failpoint", variant_code.get("Io", "?")),
+    "DAD or SLAAC": (r"duplicate address detection|dadfailed|\bDAD\b|SLAAC", variant_code.get("Slaac", "?")),
+    "the GID wait's timeout": (r"gidTimeoutMs|did not appear", variant_code.get("GidTimeout", "?")),
+}
+fact("Error::io(" in read("plugin/src/attach/failpoint.rs"),
+     "plugin/src/attach/failpoint.rs: a failpoint no longer fails with Error::io (check-docs maps failpoints to Io's code)")
+quoted_codes = cause_quotes = 0
+for path in files:
+    prose = re.sub(r"```.*?```", "", read(path), flags=re.S)
+    for para in re.split(r"\n\s*\n|\n\|", prose):
+        for sentence in re.split(r"(?<=\.)\s+(?=[A-Z(`*])", para):
+            q = set(quote.findall(sentence))
+            quoted_codes += len(q)
+            short = " ".join(sentence.split())[:160]
+            for c in q:
+                fact(c in codes, f"{path}: code {c} is quoted but error.rs assigns no such code: {short}")
+            if len(q) != 1:
+                continue
+            c = next(iter(q))
+            named = [cause for cause, (rx, _) in causes.items() if re.search(rx, sentence)]
+            if len(named) == 1:
+                cause_quotes += 1
+                fact(causes[named[0]][1] == c,
+                     f"{path}: quotes code {c} for {named[0]}, which ADD answers with {causes[named[0]][1]}: {short}")
+
+# make k8s-test's time: the range docs/testing.md gives holds every run it lists, and each listed
+# run is one the page reports ("k8s-test N s").
+m = re.search(r"the whole `make k8s-test` (\d+) to (\d+) min \(([\d\s,and]+) s measured below\)", testing := read("docs/testing.md"))
+fact(m is not None, "docs/testing.md: no 'the whole `make k8s-test` A to B min (N, ... s measured below)' figure")
+if m:
+    lo, hi = int(m.group(1)), int(m.group(2))
+    runs_s = [int(re.sub(r"\s", "", x)) for x in re.split(r",\s*|\s+and\s+", m.group(3).strip())]
+    reported = {int(x.replace(" ", "")) for x in re.findall(r"k8s-test\s+(\d[\d ]*\d) s", testing)}
+    for r in runs_s:
+        fact(lo * 60 <= r <= hi * 60, f"docs/testing.md: k8s-test's {r} s is outside the {lo} to {hi} min it quotes")
+        fact(r in reported, f"docs/testing.md: k8s-test's {r} s is not a run the page reports ('k8s-test {r} s')")
+
+# --version's commit: README's order of sources is build.rs's.
+build_rs = read("plugin/build.rs")
+env_first = re.search(r'var\("ROCE_IPVLAN_COMMIT"\)(?s:.*?)\.or_else\(git_commit\)(?s:.*?)"unknown"', build_rs) is not None
+fact(env_first == bool(re.search(r"`ROCE_IPVLAN_COMMIT` at build time when set, else `git rev-parse --short HEAD`, else\s+`unknown`", read("README.md"))),
+     "README.md#building: the order of --version's commit sources (ROCE_IPVLAN_COMMIT, git, unknown) is not plugin/build.rs's")
+fact(env_first, "plugin/build.rs: ROCE_IPVLAN_COMMIT, then git, then \"unknown\" not found in that order (README.md#building says so)")
+
+# Test counts: what each tier of make test runs, from the files, against SUITE_EXPECT and the docs.
+def suite_tests(suite):
+    names = []
+    for f in sorted(os.listdir(f"tests/{suite}/suite")):
+        if re.match(r"[0-9].*\.sh$", f):
+            names += re.findall(r"(?m)^(test_[a-z0-9_]+)", read(f"tests/{suite}/suite/{f}"))
+    return names
+vm_names = suite_tests("vm")
+privileged = sum(len(re.findall(r"#\[ignore\b", read(os.path.join(d, f))))
+                 for d, _, fs in os.walk("plugin/src") for f in fs if f.endswith(".rs"))
+privileged += len(re.findall(r"#\[ignore\b", read("plugin/tests/privileged.rs")))
+runs = {
+    # vm-test: the upstream view, no pattern (test_ofed_* skipped)
+    "vm-test": sum(1 for t in vm_names if not t.startswith("test_ofed_")),
+    "vm-ofed": sum(1 for t in vm_names if t.startswith("test_ofed_")),
+    "vm-rust": privileged,
+    "fuzz-smoke": len(re.findall(r"(?m)^\[\[bin\]\]", read("fuzz/Cargo.toml"))),
+    # fabric-test-flat: FABRIC_LAYOUT=flat, VM_RDMA=ofed; k8s-test: VM_RDMA=ofed
+    "fabric-test-flat": sum(1 for t in suite_tests("fabric") if not t.startswith("test_routed6_")),
+    "k8s-test": sum(1 for t in suite_tests("k8s") if not t.startswith("test_upstream_")),
+}
+test_rule = re.search(r"(?ms)^test:\n(.*?)\n\n", mk).group(1)
+expect = {t: n for n, t in re.findall(r"SUITE_EXPECT=(\d+) \$\(MAKE\) ([\w-]+)", test_rule)}
+for tier, n in runs.items():
+    fact(expect.get(tier) == str(n), f"Makefile: make test's SUITE_EXPECT for {tier} is {expect.get(tier, 'not set')}, "
+         f"the tier runs {n} (its suite files, skip rules, ignored tests or fuzz targets)")
+testing = read("docs/testing.md")
+m = re.search(r"\(`SUITE_EXPECT`: ([^;]*);", testing)
+fact(m is not None, "docs/testing.md: no '(`SUITE_EXPECT`: ...;' list in make test's row")
+if m:
+    label = {"fuzz-smoke": "fuzz-smoke", "vm": "vm-test", "vm-rust": "vm-rust", "vm-ofed": "vm-ofed",
+             "fabric": "fabric-test-flat", "k8s": "k8s-test"}
+    doc = {label.get(k, k): v for k, v in re.findall(r"([\w-]+) (\d+)", m.group(1))}
+    fact(doc == expect, f"docs/testing.md quotes SUITE_EXPECT {doc}, make test sets {expect}")
+m = re.search(r"the whole suite \((\d+) tests\)", testing)
+fact(m is not None and m.group(1) == str(runs["vm-test"]),
+     f"docs/testing.md: the VM suite has {runs['vm-test']} tests, the page says {m.group(1) if m else 'nothing parsable'}")
+m = re.search(r"files `\^\[0-2\]` \((\d+) tests and\s+the (\d+) of the other RDMA view skipped\) and `\^\[3-9\]` \((\d+)\)", testing)
+def shard(ere, ofed):
+    names = []
+    for f in sorted(os.listdir("tests/vm/suite")):
+        if re.match(r"[0-9].*\.sh$", f) and re.match(ere, f):
+            names += re.findall(r"(?m)^(test_[a-z0-9_]+)", read(f"tests/vm/suite/{f}"))
+    return sum(1 for t in names if t.startswith("test_ofed_") == ofed)
+want = (str(shard(r"[0-2]", False)), str(shard(r"[0-2]", True)), str(shard(r"[3-9]", False)))
+fact(m is not None and m.groups() == want,
+     f"docs/testing.md: vm-test's shards run {want[0]} (and skip {want[1]}) and {want[2]} tests, the page says {m.groups() if m else 'nothing parsable'}")
+routed6 = sum(1 for t in suite_tests("fabric") if t.startswith("test_routed6_"))
+for path, rx in (("docs/testing.md", r"routed6's own (\d+) tests"), ("Makefile", r"(\d+) on routed6 \(SUITE_EXPECT_ROUTED6")):
+    m = re.search(rx, read(path))
+    fact(m is not None and m.group(1) == str(routed6), f"{path}: routed6 has {routed6} tests, the text says {m.group(1) if m else 'nothing parsable'}")
+m = re.search(r"SUITE_EXPECT_ROUTED6:-(\d+)", mk)
+fact(m is not None and m.group(1) == str(routed6), f"Makefile: fabric-test-routed6's default SUITE_EXPECT_ROUTED6 is {m.group(1) if m else 'not set'}, routed6 has {routed6} tests")
+
+print(f"check-docs: {quoted_codes} error codes quoted in the prose ({cause_quotes} beside the cause they answer); tier sizes {runs}")
 print(f"check-docs: {checked_links} relative links, {checked_blocks} configuration blocks, "
       f"{checked_refs} section references from outside docs/, {facts} quoted figures and codes checked")
 sys.exit(1 if bad else 0)

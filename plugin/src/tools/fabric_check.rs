@@ -568,7 +568,11 @@ fn connect(to: SocketAddr, from: Option<IpAddr>) -> io::Result<TcpStream> {
     let (addr, len) = sockaddr(to);
     // A blocking connect bounded by SO_SNDTIMEO.
     let timeout = libc::timeval {
-        tv_sec: CONNECT_TIMEOUT.as_secs() as libc::time_t,
+        // Typed by the field (libc deprecates naming time_t: musl 1.2 widened it to 64 bits).
+        tv_sec: CONNECT_TIMEOUT
+            .as_secs()
+            .try_into()
+            .expect("a connect timeout of seconds fits in time_t"),
         tv_usec: 0,
     };
     // SAFETY: setsockopt with a timeval of its size.

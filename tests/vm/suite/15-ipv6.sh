@@ -194,7 +194,7 @@ test_ipv6_no_router_advertisement_fails_109_and_undoes() {
 	assert_match "$OUT" "no router advertisement arrived" "message says what was seen"
 	assert_eq "$(in_pod nora ip -o link show | awk -F': ' '{print $2}' | tr '\n' ' ')" "lo " "links left in the pod"
 	! compgen -G '/var/lib/cni/networks/v6nora/*:*' >/dev/null || fail "placeholder allocation left"
-	assert_eq "$(in_pod nora ip -6 rule show | grep -c 'lookup 1[0-9][0-9][0-9][0-9]' || true)" 0 "rules left"
+	assert_eq "$(count_lines 'lookup 1[0-9]{4}' in_pod nora ip -6 rule show)" 0 "rules left"
 }
 
 # Each DAD mode's effect, and the time from ADD start to return (figures only; the benchmark
@@ -277,7 +277,7 @@ test_ipv6_duplicate_address_fails_109() {
 
 	dup_case link-local "link-local address %s"
 	dup_case SLAAC "SLAAC address %s/64"
-	assert_eq "$(in_pod dup ip -6 rule show | grep -c 'lookup 1[0-9][0-9][0-9][0-9]' || true)" 0 "rules left"
+	assert_eq "$(count_lines 'lookup 1[0-9]{4}' in_pod dup ip -6 rule show)" 0 "rules left"
 
 	# dad=off is what its name says: the same duplicate SLAAC address goes unnoticed (no DAD
 	# runs on the child), so ADD passes and the address is in use, neither tentative nor

@@ -14,7 +14,7 @@ pod_links() { in_pod "$1" ip -o link show | awk -F': ' '{print $2}' | sed 's/@.*
 # mr_nothing_left POD NETNAME: only lo in the pod, no rules, no host-local allocation
 mr_nothing_left() {
 	assert_eq "$(pod_links "$1")" "lo " "links left in $1"
-	assert_eq "$(in_pod "$1" ip -4 rule show | grep -c 'lookup 1[0-9][0-9][0-9][0-9]' || true)" 0 \
+	assert_eq "$(count_lines 'lookup 1[0-9]{4}' in_pod "$1" ip -4 rule show)" 0 \
 		"source rules left in $1"
 	assert_eq "$(host_local_ips "$2")" "" "host-local allocations of $2"
 }
@@ -181,7 +181,7 @@ test_multirail_ipv6_routed_rails() {
 	assert_ok cni_exec CHECK /tmp/mr6.prev /run/netns/mr6 net1
 	assert_ok cni_exec DEL /tmp/mr6.prev /run/netns/mr6 net1
 	assert_eq "$(pod_links mr6)" "lo " "links left"
-	assert_eq "$(in_pod mr6 ip -6 rule show | grep -c 'lookup 1[0-9][0-9][0-9][0-9]' || true)" 0 "IPv6 rules left"
+	assert_eq "$(count_lines 'lookup 1[0-9]{4}' in_pod mr6 ip -6 rule show)" 0 "IPv6 rules left"
 	for n in 0 1 2 3; do stop_router "$n"; done
 }
 

@@ -33,6 +33,12 @@ conc_all() {
 		f=$(head -n1 <<<"$bad")
 		fail "$cmd failed for $(wc -l <<<"$bad") attachments, e.g. ${f%.rc}: $(cat "${f%.rc}.out" "${f%.rc}.err" | head -c 600)"
 	fi
+	# Every attachment's status is there and says 0: an empty or missing status file is no
+	# line for the grep above to find, not a success.
+	local ok
+	ok=$(cat /tmp/conc/*.rc 2>/dev/null | grep -cx 0) || ok=0
+	((ok == CONC_PODS * $(wc -w <<<"$CONC_RAILS"))) ||
+		fail "$cmd: $ok of $((CONC_PODS * $(wc -w <<<"$CONC_RAILS"))) attachments reported exit status 0"
 }
 
 # Two ADDs into one pod at once; the first fails after the pod-wide sysctl step (its GID never
@@ -59,6 +65,9 @@ test_concurrency_failed_add_keeps_a_concurrent_adds_pod_wide_sysctl() {
 		kill -0 "$pid1" 2>/dev/null || fail "the first ADD ended before its sysctl step: $(cat /tmp/cpw-fail.out)"
 		sleep 0.1
 	done
+	# A wait that ran out proves no overlap: the second ADD must start after the first's write.
+	[[ $(in_pod cpw sysctl -n net.ipv4.conf.all.rp_filter) == 0 ]] ||
+		fail "the first ADD did not write the pod-wide rp_filter=0 within 30 s: $(cat /tmp/cpw-fail.out)"
 	cni_exec ADD /tmp/cpw-ok.conf /run/netns/cpw net2 cpw >/tmp/cpw-ok.out 2>/tmp/cpw-ok.err || rc2=$?
 	wait "$pid1" || rc1=$?
 	assert_eq "$rc2" 0 "the second ADD: $(cat /tmp/cpw-ok.out /tmp/cpw-ok.err)"
@@ -183,8 +192,8 @@ test_concurrency_pods_by_rails_rounds() {
 		t_del=$((SECONDS - start))
 		assert_eq "$(host_local_ips conc)" "" "round $round: host-local allocations after DEL"
 		for p in $(seq "$CONC_PODS"); do
-			assert_eq "$(ip -n "conc$p" -o link show | grep -vc ': lo:' || true)" 0 "round $round: links left in conc$p"
-			assert_eq "$(ip -n "conc$p" rule show | grep -cE 'lookup 1[0-9]{4}' || true)" 0 "round $round: rules left in conc$p"
+			assert_eq "$(count_lines -v ': lo:' ip -n "conc$p" -o link show)" 0 "round $round: links left in conc$p"
+			assert_eq "$(count_lines 'lookup 1[0-9]{4}' ip -n "conc$p" rule show)" 0 "round $round: rules left in conc$p"
 			ip netns del "conc$p"
 		done
 		assert_eq "$(host_snapshot | diff /tmp/conc/host.before - || true)" "" "round $round: the host changed"

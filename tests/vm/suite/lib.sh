@@ -264,11 +264,34 @@ wait_dead() {
 	done
 }
 
+# pod_links, pod_rules and count_lines are compared with "" or 0 ("nothing left"), inside a
+# command substitution whose status nobody sees: when `ip` cannot read the pod (its netns gone,
+# the exec failed) they print what failed instead of nothing, so that such a check fails.
+
 # pod_links POD: the pod's links other than lo, space-separated ("" when none)
-pod_links() { in_pod "$1" ip -o link show | awk -F': ' '$2 != "lo" {sub(/@.*/, "", $2); printf "%s ", $2}'; }
+pod_links() {
+	local out
+	out=$(in_pod "$1" ip -o link show) || { echo "(ip -o link show in pod $1 failed)"; return 1; }
+	awk -F': ' '$2 != "lo" {sub(/@.*/, "", $2); printf "%s ", $2}' <<<"$out"
+}
 
 # pod_rules POD: the pod's source rules into per-child tables (10000+ifindex), IPv4 and IPv6
-pod_rules() { { in_pod "$1" ip -4 rule show; in_pod "$1" ip -6 rule show; } | grep -E 'lookup 1[0-9]{4}' || true; }
+pod_rules() {
+	local v4 v6
+	v4=$(in_pod "$1" ip -4 rule show) || { echo "(ip -4 rule show in pod $1 failed)"; return 1; }
+	v6=$(in_pod "$1" ip -6 rule show) || { echo "(ip -6 rule show in pod $1 failed)"; return 1; }
+	grep -E 'lookup 1[0-9]{4}' <<<"$v4"$'\n'"$v6" || (($? == 1))
+}
+
+# count_lines [-v] ERE CMD...: how many lines of CMD's output match ERE (with -v: do not)
+count_lines() {
+	local v=() re out
+	[[ $1 != -v ]] || { v=(-v); shift; }
+	re=$1
+	shift
+	out=$("$@") || { echo "('$*' failed)"; return 1; }
+	grep -cE "${v[@]}" -- "$re" <<<"$out" || (($? == 1))
+}
 
 # host_snapshot: what a failed or killed ADD must never change in the host namespace: its links
 # and their IPvlan children, its rules, and the rails' and the host's IPv4 conf sysctls.
