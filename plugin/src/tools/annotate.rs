@@ -27,6 +27,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -34,6 +35,7 @@ use serde::Serialize;
 use crate::attach::pod_record::{self, PodRef, Record};
 use crate::tools::cli::{self, Long, Parsed, Short};
 use crate::tools::kube::{Client, Response};
+use crate::tools::metrics::{self, Counters};
 
 /// The annotation's key.
 pub const ANNOTATION: &str = "roce-ipvlan.io/gids";
@@ -268,6 +270,8 @@ pub struct Annotator {
     jitter: Box<dyn FnMut() -> f64>,
     logged: BTreeMap<PodRef, String>,
     skipped: BTreeSet<PathBuf>,
+    /// What `/metrics` reports of the patches (tools/metrics.rs).
+    counters: Arc<Counters>,
 }
 
 /// A pod whose last patch failed.
@@ -323,7 +327,14 @@ impl Annotator {
             jitter: jitter_source(),
             logged: BTreeMap::new(),
             skipped: BTreeSet::new(),
+            counters: Arc::default(),
         }
+    }
+
+    /// Counts into `counters` (the ones `/metrics` serves) instead of its own.
+    pub fn with_counters(mut self, counters: Arc<Counters>) -> Annotator {
+        self.counters = counters;
+        self
     }
 
     /// One pass: read the records, patch what changed (unless its pod is in backoff),
@@ -401,6 +412,13 @@ impl Annotator {
                     BACKOFF_MAX.as_secs()
                 )),
             };
+            let c = &self.counters;
+            Counters::add(match outcome {
+                Outcome::Done => &c.patches_done,
+                Outcome::Gone => &c.patches_gone,
+                Outcome::Failed { .. } => &c.patches_failed,
+                Outcome::Refused(_) => &c.patches_refused,
+            });
             match outcome {
                 Outcome::Done => {
                     match &value {
@@ -459,6 +477,10 @@ impl Annotator {
         if published_changed {
             self.save();
         }
+        self.counters.pods_pending.store(
+            self.retries.len() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
     }
 
     fn log_once(&mut self, pod: Option<&PodRef>, message: String) {
@@ -541,24 +563,41 @@ fn client() -> Option<Client> {
 /// own, not even when it cannot annotate (outside a cluster, no NODE_NAME): an exit would
 /// restart the container, and a crash loop would make the DaemonSet's pod unready.
 pub fn main(args: &[String]) -> i32 {
-    const USAGE: &str = "usage: roce-ipvlan-annotate [--state-dir DIR] [--published FILE]\n\
+    const USAGE: &str = "usage: roce-ipvlan-annotate [--state-dir DIR] [--published FILE] \
+                 [--metrics-address IP:PORT|off]\n\
                  Publishes the GID indexes of this node's pods as their roce-ipvlan.io/gids \
                  annotation, from the plugin's records in DIR/attachments (default \
                  /host/run/roce-ipvlan), every 3 seconds, until SIGTERM; what it published is \
                  kept in FILE (default /host/var/lib/roce-ipvlan/annotated.json). Needs the \
-                 service account's token (patch on pods) and NODE_NAME; docs/deploy.md.";
-    let (state_dir, published) = match cli::args_or_exit("annotate", USAGE, parse_args(args)) {
-        Ok(dirs) => dirs,
-        Err(code) => return code,
-    };
+                 service account's token (patch on pods) and NODE_NAME; docs/deploy.md. \
+                 Serves /metrics and /healthz on IP:PORT (default port 9740 on every address; \
+                 also ROCE_IPVLAN_METRICS_ADDRESS; off: not served).";
+    let (state_dir, published, metrics_address) =
+        match cli::args_or_exit("annotate", USAGE, parse_args(args)) {
+            Ok(parsed) => parsed,
+            Err(code) => return code,
+        };
     let stop = wait_for_signal();
+    let counters = Arc::new(Counters::default());
+    match metrics::listen(metrics_address.as_deref()) {
+        Ok(Some(listener)) => {
+            if let Ok(addr) = listener.local_addr() {
+                println!("serving /metrics and /healthz on {addr}");
+            }
+            metrics::serve(listener, state_dir.clone(), Arc::clone(&counters));
+        }
+        Ok(None) => println!("not serving /metrics (--metrics-address off)"),
+        // Not fatal: the annotations matter more than the metrics; the liveness probe on
+        // /healthz then restarts the container, which tries the port again.
+        Err(e) => eprintln!("roce-ipvlan annotate: {e}"),
+    }
     let Some(client) = client() else {
         // Nothing to do: stay up (see above) until told to stop.
         let _ = stop.recv();
         return 0;
     };
     println!("records in {}", state_dir.join("attachments").display());
-    let mut annotator = Annotator::new(client, &state_dir, &published);
+    let mut annotator = Annotator::new(client, &state_dir, &published).with_counters(counters);
     loop {
         annotator.pass();
         match stop.recv_timeout(INTERVAL) {
@@ -568,19 +607,23 @@ pub fn main(args: &[String]) -> i32 {
     }
 }
 
-fn parse_args(args: &[String]) -> cli::Outcome<(PathBuf, PathBuf)> {
+type Args = (PathBuf, PathBuf, Option<String>);
+
+fn parse_args(args: &[String]) -> cli::Outcome<Args> {
     cli::parse(args, |p| {
         let mut dir = PathBuf::from(DEFAULT_STATE_DIR);
         let mut published = PathBuf::from(DEFAULT_PUBLISHED);
+        let mut metrics_address = None;
         while let Some(arg) = p.next()? {
             match arg {
                 Long("state-dir") => dir = PathBuf::from(cli::string(p)?),
                 Long("published") => published = PathBuf::from(cli::string(p)?),
+                Long("metrics-address") => metrics_address = Some(cli::string(p)?),
                 Short('h') | Long("help") => return Ok(Parsed::Help),
                 arg => return Err(cli::unexpected(arg)),
             }
         }
-        Ok(Parsed::Run((dir, published)))
+        Ok(Parsed::Run((dir, published, metrics_address)))
     })
 }
 
@@ -615,6 +658,7 @@ fn wait_for_signal() -> std::sync::mpsc::Receiver<()> {
 mod tests {
     use super::*;
     use crate::attach::pod_record::Rail;
+    use std::sync::atomic::Ordering;
 
     /// A client of the local HTTPS API server on `port` whose certificates are in `dir`.
     fn client_of(dir: &Path, port: u16) -> Client {
@@ -738,12 +782,24 @@ mod tests {
             parse_args(&args(&[])).unwrap(),
             Parsed::Run((
                 PathBuf::from("/host/run/roce-ipvlan"),
-                PathBuf::from("/host/var/lib/roce-ipvlan/annotated.json")
+                PathBuf::from("/host/var/lib/roce-ipvlan/annotated.json"),
+                None
             ))
         );
         assert_eq!(
-            parse_args(&args(&["--state-dir=/x", "--published", "/y/p.json"])).unwrap(),
-            Parsed::Run((PathBuf::from("/x"), PathBuf::from("/y/p.json")))
+            parse_args(&args(&[
+                "--state-dir=/x",
+                "--published",
+                "/y/p.json",
+                "--metrics-address",
+                "127.0.0.1:9"
+            ]))
+            .unwrap(),
+            Parsed::Run((
+                PathBuf::from("/x"),
+                PathBuf::from("/y/p.json"),
+                Some("127.0.0.1:9".into())
+            ))
         );
         assert_eq!(parse_args(&args(&["--help"])).unwrap(), Parsed::Help);
         assert!(parse_args(&args(&["--bogus"])).is_err());
@@ -955,6 +1011,17 @@ mod tests {
         };
 
         assert_eq!(pass(&mut annotator, 0.0), ["broken", "busy", "invalid"]);
+        let c = Arc::clone(&annotator.counters);
+        let get = |x: &std::sync::atomic::AtomicU64| x.load(Ordering::Relaxed);
+        assert_eq!(
+            (
+                get(&c.patches_failed),
+                get(&c.patches_refused),
+                get(&c.patches_done)
+            ),
+            (2, 1, 0),
+            "500 and 429 failed, 422 refused"
+        );
         assert!(pass(&mut annotator, 2.9).is_empty());
         assert_eq!(pass(&mut annotator, 3.0), ["broken"]);
         assert!(pass(&mut annotator, 8.9).is_empty());
@@ -1093,10 +1160,25 @@ mod tests {
         let mut annotator = Annotator::new(client(closed), &state, &tmp.path().join("p.json"));
         annotator.jitter = Box::new(|| 0.0);
         let t0 = Instant::now();
+        let counted = |a: &Annotator| {
+            let c = &a.counters;
+            let get = |x: &std::sync::atomic::AtomicU64| x.load(Ordering::Relaxed);
+            (
+                get(&c.patches_failed),
+                get(&c.patches_done),
+                get(&c.pods_pending),
+            )
+        };
         annotator.pass_at(t0);
         assert_eq!(annotator.retries[&pod("live", "aa-1")].failures, 1);
+        assert_eq!(
+            counted(&annotator),
+            (1, 0, 1),
+            "refused connection: a failed patch"
+        );
         annotator.pass_at(t0 + Duration::from_secs(3));
         assert_eq!(annotator.retries[&pod("live", "aa-1")].failures, 2);
+        assert_eq!(counted(&annotator), (2, 0, 1));
         annotator.client = client(port);
         annotator.pass_at(t0 + Duration::from_secs(5));
         assert!(
@@ -1105,6 +1187,7 @@ mod tests {
         );
         annotator.pass_at(t0 + Duration::from_secs(9));
         assert_eq!(sent(&mut requests, &client(port)), ["live"]);
+        assert_eq!(counted(&annotator), (2, 1, 0), "published: nothing pending");
         assert!(annotator.retries.is_empty());
         assert!(annotator.published.contains_key(&pod("live", "aa-1")));
     }

@@ -22,6 +22,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::attach::gid_capacity::{self, Usage};
+use crate::attach::pod_record;
 use crate::kernel::netlink::RouteSocket;
 use crate::kernel::rdma::{self, NetnsMode, RdmaPort, Sysfs};
 use crate::tools::cli::{self, Long, Parsed, Short};
@@ -148,40 +149,8 @@ pub fn rail_problems(facts: &NodeFacts) -> Vec<String> {
 
 /// Reads the node. `rails`: the rail netdevs to check, or None for every RoCE port's netdev.
 pub fn gather(rails: Option<&[String]>, installed: &Path) -> NodeFacts {
-    let sysfs = Sysfs::system();
     let netns_mode = rdma::netns_mode().map_err(|e| e.to_string());
-    let (ports, ports_error) = match rdma::netlink_ports() {
-        Ok(p) => (p, None),
-        Err(e) => (Vec::new(), Some(e.to_string())),
-    };
-    let mut found: Vec<(String, RdmaPort)> = ports
-        .into_iter()
-        .filter_map(|p| Some((p.ndev_name?, p.port)))
-        .filter(|(netdev, port)| match rails {
-            Some(names) => names.contains(netdev),
-            None => sysfs.link_layer(port).is_ok_and(|l| l == "Ethernet"),
-        })
-        .collect();
-    found.sort_by(|a, b| a.0.cmp(&b.0));
-    let missing_rails = rails
-        .unwrap_or_default()
-        .iter()
-        .filter(|name| !found.iter().any(|(n, _)| n == *name))
-        .cloned()
-        .collect();
-    let links = links_up(found.iter().map(|(n, _)| n.as_str()));
-    let records = gid_capacity::records();
-    let rails = found
-        .into_iter()
-        .zip(links)
-        .map(|((netdev, port), up)| RailFacts {
-            state: sysfs.port_state(&port).map_err(|e| e.to_string()),
-            gids: gid_capacity::measure(&sysfs, &port, &records).map_err(|e| e.to_string()),
-            netdev,
-            port,
-            up,
-        })
-        .collect();
+    let (rails, missing_rails, ports_error) = rail_facts(rails, &gid_capacity::records());
     let mut facts = NodeFacts {
         netns_mode,
         rails,
@@ -195,6 +164,48 @@ pub fn gather(rails: Option<&[String]>, installed: &Path) -> NodeFacts {
         }
     }
     facts
+}
+
+/// The rails as this namespace shows them (see [`gather`]), their GID tables counted with
+/// `records`; the `rails` named that have no RDMA port here; why the ports could not be listed.
+/// Also the installer's `/metrics` (tools/metrics.rs), which passes the records it reads.
+pub fn rail_facts(
+    rails: Option<&[String]>,
+    records: &[pod_record::Record],
+) -> (Vec<RailFacts>, Vec<String>, Option<String>) {
+    let sysfs = Sysfs::system();
+    let (ports, ports_error) = match rdma::netlink_ports() {
+        Ok(p) => (p, None),
+        Err(e) => (Vec::new(), Some(e.to_string())),
+    };
+    let mut found: Vec<(String, RdmaPort)> = ports
+        .into_iter()
+        .filter_map(|p| Some((p.ndev_name?, p.port)))
+        .filter(|(netdev, port)| match rails {
+            Some(names) => names.contains(netdev),
+            None => sysfs.link_layer(port).is_ok_and(|l| l == "Ethernet"),
+        })
+        .collect();
+    found.sort_by(|a, b| a.0.cmp(&b.0));
+    let missing_rails: Vec<String> = rails
+        .unwrap_or_default()
+        .iter()
+        .filter(|name| !found.iter().any(|(n, _)| n == *name))
+        .cloned()
+        .collect();
+    let links = links_up(found.iter().map(|(n, _)| n.as_str()));
+    let rails = found
+        .into_iter()
+        .zip(links)
+        .map(|((netdev, port), up)| RailFacts {
+            state: sysfs.port_state(&port).map_err(|e| e.to_string()),
+            gids: gid_capacity::measure(&sysfs, &port, records).map_err(|e| e.to_string()),
+            netdev,
+            port,
+            up,
+        })
+        .collect();
+    (rails, missing_rails, ports_error)
 }
 
 /// Whether each named link is administratively up (None: not found or not readable).
