@@ -432,35 +432,41 @@ pub fn route(request_line: &str, metrics: impl FnOnce() -> String) -> (u16, &'st
     }
 }
 
-/// Where to listen: `--metrics-address` or [`ADDRESS_ENV`] (`off` or empty: nowhere), by
-/// default every address of the node on [`DEFAULT_PORT`] (IPv6 and IPv4, or IPv4 alone on a
-/// node without IPv6).
+/// Where to listen: `--metrics-address` or [`ADDRESS_ENV`]: `IP:PORT`, a port alone (every
+/// address of the node: IPv6 and IPv4, or IPv4 alone on a node without IPv6), or `off` (or
+/// empty: nowhere); by default every address on [`DEFAULT_PORT`].
 pub fn listen(address: Option<&str>) -> Result<Option<TcpListener>, String> {
     let configured = address
         .map(str::to_string)
         .or_else(|| std::env::var(ADDRESS_ENV).ok());
+    let any = |port: u16| {
+        TcpListener::bind(("::", port))
+            .or_else(|_| TcpListener::bind(("0.0.0.0", port)))
+            .map(Some)
+            .map_err(|e| {
+                format!(
+                    "cannot listen on port {port} for /metrics: {e} (another process on the \
+                     node has it? set --metrics-address or {ADDRESS_ENV})"
+                )
+            })
+    };
     match configured.as_deref().map(str::trim) {
         Some("" | "off") => Ok(None),
+        Some(text) if text.parse::<u16>().is_ok_and(|p| p > 0) => {
+            any(text.parse().expect("checked just above"))
+        }
         Some(text) => {
             let addr: SocketAddr = text.parse().map_err(|e| {
                 format!(
                     "metrics address {text:?}: {e}: expected IP:PORT such as 0.0.0.0:{DEFAULT_PORT} \
-                     or [::]:{DEFAULT_PORT}, or off"
+                     or [::]:{DEFAULT_PORT}, a port alone, or off"
                 )
             })?;
             TcpListener::bind(addr)
                 .map(Some)
                 .map_err(|e| format!("cannot listen on {addr} for /metrics: {e}"))
         }
-        None => TcpListener::bind(("::", DEFAULT_PORT))
-            .or_else(|_| TcpListener::bind(("0.0.0.0", DEFAULT_PORT)))
-            .map(Some)
-            .map_err(|e| {
-                format!(
-                    "cannot listen on port {DEFAULT_PORT} for /metrics: {e} (another process \
-                     on the node has it? set --metrics-address or {ADDRESS_ENV})"
-                )
-            }),
+        None => any(DEFAULT_PORT),
     }
 }
 
@@ -757,6 +763,19 @@ mod tests {
         assert!(get("/healthz").ends_with("\r\n\r\nok\n"));
         assert!(listen(Some("off")).unwrap().is_none());
         assert!(listen(Some("nonsense")).unwrap_err().contains("IP:PORT"));
+        assert!(
+            listen(Some("0")).unwrap_err().contains("IP:PORT"),
+            "port 0 is no port"
+        );
+        // A port alone: every address (here a free one, taken from the kernel first).
+        let free = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let any = listen(Some(&free.to_string())).unwrap().unwrap();
+        assert_eq!(any.local_addr().unwrap().port(), free);
+        assert!(any.local_addr().unwrap().ip().is_unspecified());
     }
 
     /// The dashboard queries only what this module exports (a renamed metric fails here, not
