@@ -175,13 +175,14 @@ def check_dashboard():
 
 
 def check_rbac(docs, namespace):
-    """The installer's service account, allowed to patch pods and nothing else."""
+    """The installer's service account, allowed to patch pods and create Events, nothing else."""
     errors = []
     sa = [d for d in of_kind(docs, "ServiceAccount") if d["metadata"]["name"] == "roce-ipvlan-installer"]
     if [d["metadata"].get("namespace") for d in sa] != [namespace]:
         errors.append(f"ServiceAccount roce-ipvlan-installer: {len(sa)} found, expected one in {namespace}")
     roles = [d for d in of_kind(docs, "ClusterRole") if d["metadata"]["name"] == "roce-ipvlan-installer"]
-    want_rules = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]}]
+    want_rules = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]},
+                  {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
     if [r.get("rules") for r in roles] != [want_rules]:
         errors.append(f"ClusterRole roce-ipvlan-installer: {[r.get('rules') for r in roles]}, expected [{want_rules}]")
     bindings = [d for d in of_kind(docs, "ClusterRoleBinding") if d["metadata"]["name"] == "roce-ipvlan-installer"]

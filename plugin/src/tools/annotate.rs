@@ -257,6 +257,97 @@ fn policy_refusal(pod: &PodRef, status: u16, message: &str) -> String {
     )
 }
 
+/// The reason of the Events posted on a pod whose annotation cannot be published.
+pub const EVENT_REASON: &str = "GidAnnotationFailed";
+
+/// The most of a message an Event carries (the API server allows 1 KiB for a legacy Event's
+/// message; the whole one is in the annotate container's log).
+const EVENT_MESSAGE_MAX: usize = 1000;
+
+/// Why a patch the API server answered failed, in a word: one Event per pod and kind. None
+/// when it is no failure, or when the server did not answer at all (an Event would not get
+/// through either; the log and the counter say it).
+pub fn failure_kind(answer: &Result<Response, String>) -> Option<&'static str> {
+    let response = answer.as_ref().ok()?;
+    let policy = || response.message().contains("ValidatingAdmissionPolicy");
+    Some(match response.status {
+        200..=299 | 404 => return None,
+        403 | 422 if policy() => "admission-policy",
+        401 => "unauthorized",
+        403 => "forbidden",
+        409 | 422 if response.message().to_ascii_lowercase().contains("uid") => return None,
+        422 => "invalid",
+        429 => "throttled",
+        500..=599 => "server-error",
+        _ => "http-error",
+    })
+}
+
+/// `time` as RFC 3339 in UTC, to the second (what a legacy Event's timestamps take).
+pub fn rfc3339(time: std::time::SystemTime) -> String {
+    let secs = time
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (days, rest) = (secs / 86_400, secs % 86_400);
+    // Days to a civil date (Howard Hinnant's algorithm), for days since 1970-01-01.
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rest / 3600,
+        rest / 60 % 60,
+        rest % 60
+    )
+}
+
+/// The Event (core/v1) that tells `pod`'s owner why its annotation is not published: a
+/// Warning on the pod, from `roce-ipvlan-annotate` on `node`.
+pub fn event_body(
+    pod: &PodRef,
+    kind: &str,
+    message: &str,
+    node: &str,
+    now: std::time::SystemTime,
+) -> String {
+    let mut text = format!("{ANNOTATION} not published ({kind}): {message}");
+    if text.len() > EVENT_MESSAGE_MAX {
+        let mut end = EVENT_MESSAGE_MAX - 3;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push_str("...");
+    }
+    let time = rfc3339(now);
+    serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": format!("{}.", pod.name), "namespace": pod.namespace},
+        "involvedObject": {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "namespace": pod.namespace,
+            "name": pod.name,
+            "uid": pod.uid,
+        },
+        "reason": EVENT_REASON,
+        "type": "Warning",
+        "message": text,
+        "source": {"component": "roce-ipvlan-annotate", "host": node},
+        "firstTimestamp": time,
+        "lastTimestamp": time,
+        "count": 1,
+    })
+    .to_string()
+}
+
 /// The annotator's memory: what it published, what it found gone, what failed and when to
 /// try it again, what it last logged.
 pub struct Annotator {
@@ -272,6 +363,10 @@ pub struct Annotator {
     skipped: BTreeSet<PathBuf>,
     /// What `/metrics` reports of the patches (tools/metrics.rs).
     counters: Arc<Counters>,
+    /// The Events posted: one per pod and failure kind, forgotten with the pod's records.
+    evented: BTreeSet<(PodRef, &'static str)>,
+    /// The node's name, the Events' source.
+    node: String,
 }
 
 /// A pod whose last patch failed.
@@ -328,6 +423,8 @@ impl Annotator {
             logged: BTreeMap::new(),
             skipped: BTreeSet::new(),
             counters: Arc::default(),
+            evented: BTreeSet::new(),
+            node: std::env::var("NODE_NAME").unwrap_or_default(),
         }
     }
 
@@ -370,6 +467,8 @@ impl Annotator {
         self.gone.retain(|pod| desired.contains_key(pod));
         self.logged
             .retain(|pod, _| desired.contains_key(pod) || self.published.contains_key(pod));
+        self.evented
+            .retain(|(pod, _)| desired.contains_key(pod) || self.published.contains_key(pod));
         let too_long: Vec<PodRef> = desired
             .iter()
             .filter(|(_, value)| value.len() > MAX_VALUE)
@@ -377,15 +476,14 @@ impl Annotator {
             .collect();
         for pod in too_long {
             let length = desired.remove(&pod).map_or(0, |v| v.len());
-            self.log_once(
-                Some(&pod),
-                format!(
-                    "pod {pod}'s {ANNOTATION} list would be {length} bytes, more than the \
-                     {MAX_VALUE} the annotator publishes (Kubernetes allows 256 KiB for all of a \
-                     pod's annotations together): not published, and one published before is \
-                     removed; its GIDs are in the records on the node (pod_record.rs)"
-                ),
+            let message = format!(
+                "pod {pod}'s {ANNOTATION} list would be {length} bytes, more than the \
+                 {MAX_VALUE} the annotator publishes (Kubernetes allows 256 KiB for all of a \
+                 pod's annotations together): not published, and one published before is \
+                 removed; its GIDs are in the records on the node (pod_record.rs)"
             );
+            self.tell_pod(&pod, "too-long", &message);
+            self.log_once(Some(&pod), message);
         }
         let changes = plan(&desired, &self.published, &self.gone);
         // Bounded by what is to be patched: a pod whose list is published meanwhile, or whose
@@ -401,11 +499,13 @@ impl Annotator {
                     continue;
                 }
             }
-            let outcome = match self.client.patch(
+            let answer = self.client.patch(
                 &pod_path(&pod),
                 "application/merge-patch+json",
                 patch_body(&pod, value.as_deref()).as_bytes(),
-            ) {
+            );
+            let kind = failure_kind(&answer);
+            let outcome = match answer {
                 Ok(response) => judge(&pod, &response),
                 Err(e) => Outcome::failed(format!(
                     "cannot patch pod {pod}: {e}; tried again after a backoff (at most {} s)",
@@ -450,6 +550,9 @@ impl Annotator {
                     message,
                     retry_after,
                 } => {
+                    if let Some(kind) = kind {
+                        self.tell_pod(&pod, kind, &message);
+                    }
                     self.log_once(Some(&pod), message);
                     let failures = match self.retries.get(&pod) {
                         Some(retry) if retry.value == value => retry.failures.saturating_add(1),
@@ -464,6 +567,7 @@ impl Annotator {
                     self.retries.insert(pod, retry);
                 }
                 Outcome::Refused(message) => {
+                    self.tell_pod(&pod, kind.unwrap_or("invalid"), &message);
                     self.log_once(Some(&pod), message);
                     let retry = Retry {
                         value,
@@ -481,6 +585,34 @@ impl Annotator {
             self.retries.len() as u64,
             std::sync::atomic::Ordering::Relaxed,
         );
+    }
+
+    /// Posts an Event on `pod` for a failure of `kind`, once per pod and kind (not per
+    /// retry). The Event's own failure is counted and logged once, never retried.
+    fn tell_pod(&mut self, pod: &PodRef, kind: &'static str, message: &str) {
+        if !self.evented.insert((pod.clone(), kind)) {
+            return;
+        }
+        let body = event_body(pod, kind, message, &self.node, std::time::SystemTime::now());
+        let path = format!("/api/v1/namespaces/{}/events", pod.namespace);
+        let failure = match self.client.post(&path, "application/json", body.as_bytes()) {
+            Ok(r) if (200..300).contains(&r.status) => None,
+            Ok(r) => Some(format!(
+                "cannot post Events on pods (HTTP {}: {}): the service account needs the verb \
+                 \"create\" on \"events\" (ClusterRole roce-ipvlan-installer of deploy/ or the \
+                 chart); the failures are in this log",
+                r.status,
+                r.message()
+            )),
+            Err(e) => Some(format!("cannot post Events on pods: {e}")),
+        };
+        match failure {
+            None => Counters::add(&self.counters.events_created),
+            Some(message) => {
+                Counters::add(&self.counters.events_failed);
+                self.log_once(None, message);
+            }
+        }
     }
 
     fn log_once(&mut self, pod: Option<&PodRef>, message: String) {
@@ -971,14 +1103,31 @@ mod tests {
         requests: &mut impl Iterator<Item = std::io::Result<String>>,
         probe: &Client,
     ) -> Vec<String> {
+        sent_all(requests, probe).0
+    }
+
+    /// The patched pods' names, and the Events posted (each body's involved pod's name and
+    /// message).
+    fn sent_all(
+        requests: &mut impl Iterator<Item = std::io::Result<String>>,
+        probe: &Client,
+    ) -> (Vec<String>, Vec<(String, String)>) {
         probe.patch("/probe", "application/json", b"{}").unwrap();
-        let mut paths = Vec::new();
+        let (mut paths, mut events) = (Vec::new(), Vec::new());
         loop {
             let got: serde_json::Value =
                 serde_json::from_str(&requests.next().unwrap().unwrap()).unwrap();
             let path = got["path"].as_str().unwrap().rsplit('/').next().unwrap();
             if path == "probe" {
-                return paths;
+                return (paths, events);
+            }
+            if got["method"] == "POST" {
+                assert_eq!(path, "events");
+                let body: serde_json::Value =
+                    serde_json::from_str(got["body"].as_str().unwrap()).unwrap();
+                let name = body["involvedObject"]["name"].as_str().unwrap().to_string();
+                events.push((name, body["message"].as_str().unwrap().to_string()));
+                continue;
             }
             paths.push(path.to_string());
         }
@@ -1190,6 +1339,117 @@ mod tests {
         assert_eq!(counted(&annotator), (2, 1, 0), "published: nothing pending");
         assert!(annotator.retries.is_empty());
         assert!(annotator.published.contains_key(&pod("live", "aa-1")));
+    }
+
+    /// A pod whose patch fails gets one Event per failure kind, not one per retry: 500, 429
+    /// and 422 each post one on the first pass and none on the retries; a connection refused
+    /// posts none (the API server did not answer) but still counts the failed patch.
+    #[test]
+    fn a_failed_patch_posts_one_event_per_pod_and_kind() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (_server, _, client, mut requests) = api_server(tmp.path());
+        let state = tmp.path().join("state");
+        let records = state.join("attachments");
+        for (name, cid) in [
+            ("broken", "c1"),
+            ("busy", "c2"),
+            ("invalid", "c3"),
+            ("ok", "c4"),
+        ] {
+            let mut r = record(&pod(name, "aa-1"), "net1", &[("net1", "rdma0", 3)]);
+            r.container_id = cid.into();
+            pod_record::write(&records, &r).unwrap();
+        }
+        let mut annotator = Annotator::new(client.clone(), &state, &tmp.path().join("p.json"));
+        annotator.jitter = Box::new(|| 0.0);
+        let t0 = Instant::now();
+        annotator.pass_at(t0);
+        let (patched, events) = sent_all(&mut requests, &client);
+        assert_eq!(patched, ["broken", "busy", "invalid", "ok"]);
+        let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["broken", "busy", "invalid"], "{events:?}");
+        assert!(events[0].1.contains("(server-error)") && events[0].1.contains("HTTP 500"));
+        assert!(events[1].1.contains("(throttled)"), "{events:?}");
+        assert!(events[2].1.contains("(invalid)"), "{events:?}");
+        let created = |a: &Annotator| a.counters.events_created.load(Ordering::Relaxed);
+        assert_eq!(created(&annotator), 3);
+        // Retries of the same failures: patches again, no Event.
+        for secs in [3, 20, 45, 100] {
+            annotator.pass_at(t0 + Duration::from_secs(secs));
+        }
+        let (patched, events) = sent_all(&mut requests, &client);
+        assert!(patched.contains(&"broken".to_string()), "{patched:?}");
+        assert!(events.is_empty(), "{events:?}");
+        assert_eq!(created(&annotator), 3);
+        // Bounded: the records gone, what was told is forgotten.
+        for cid in ["c1", "c2", "c3", "c4"] {
+            pod_record::remove(&records, cid, "net1");
+        }
+        annotator.pass_at(t0 + Duration::from_secs(1000));
+        let _ = sent_all(&mut requests, &client);
+        assert!(annotator.evented.is_empty());
+
+        // No answer at all: no Event, the failed patch counted.
+        let closed = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let r = record(&pod("far", "bb-2"), "net1", &[("net1", "rdma0", 3)]);
+        pod_record::write(&records, &r).unwrap();
+        let mut cut = Annotator::new(
+            client_of(tmp.path(), closed),
+            &state,
+            &tmp.path().join("q.json"),
+        );
+        cut.pass_at(t0);
+        assert!(cut.evented.is_empty());
+        assert_eq!(cut.counters.patches_failed.load(Ordering::Relaxed), 1);
+        assert_eq!(cut.counters.events_failed.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn events_name_the_pod_and_say_why_within_the_limit() {
+        let p = pod("a", "aa-1");
+        let t = std::time::UNIX_EPOCH + Duration::from_secs(1_796_526_245);
+        assert_eq!(rfc3339(t), "2026-12-06T03:04:05Z");
+        assert_eq!(rfc3339(std::time::UNIX_EPOCH), "1970-01-01T00:00:00Z");
+        assert_eq!(
+            rfc3339(std::time::UNIX_EPOCH + Duration::from_secs(951_782_400)),
+            "2000-02-29T00:00:00Z"
+        );
+        let body: serde_json::Value =
+            serde_json::from_str(&event_body(&p, "forbidden", &"é".repeat(900), "node-1", t))
+                .unwrap();
+        assert_eq!(body["involvedObject"]["uid"], "aa-1");
+        assert_eq!(body["involvedObject"]["kind"], "Pod");
+        assert_eq!(body["metadata"]["namespace"], "ml");
+        assert_eq!(body["reason"], EVENT_REASON);
+        assert_eq!(body["type"], "Warning");
+        assert_eq!(body["source"]["host"], "node-1");
+        assert_eq!(body["lastTimestamp"], "2026-12-06T03:04:05Z");
+        let message = body["message"].as_str().unwrap();
+        assert!(message.len() <= EVENT_MESSAGE_MAX && message.ends_with("..."));
+        assert!(message.starts_with("roce-ipvlan.io/gids not published (forbidden): é"));
+        let resp = |status, message: &str| -> Result<Response, String> {
+            Ok(Response {
+                status,
+                body: serde_json::json!({"message": message})
+                    .to_string()
+                    .into_bytes(),
+                retry_after: None,
+            })
+        };
+        assert_eq!(failure_kind(&Err("refused".into())), None);
+        assert_eq!(failure_kind(&resp(200, "")), None);
+        assert_eq!(failure_kind(&resp(409, "UID in precondition")), None);
+        assert_eq!(failure_kind(&resp(403, "no")), Some("forbidden"));
+        assert_eq!(
+            failure_kind(&resp(403, "ValidatingAdmissionPolicy 'x' denied")),
+            Some("admission-policy")
+        );
+        assert_eq!(failure_kind(&resp(401, "")), Some("unauthorized"));
+        assert_eq!(failure_kind(&resp(503, "")), Some("server-error"));
     }
 
     #[test]
