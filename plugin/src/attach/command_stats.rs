@@ -87,11 +87,13 @@ pub struct Series {
 impl Stats {
     /// Counts one command that took `took`.
     pub fn count(&mut self, command: &str, network: &str, code: u32, took: Duration) {
-        let network = if network.is_empty() || network.len() > 253 {
-            OTHER
-        } else {
-            network
-        };
+        // What libcni accepts as a network name; anything else (a refused configuration may
+        // carry any string, control characters too) is counted as OTHER, never a label.
+        let named = (1..=253).contains(&network.len())
+            && network
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b));
+        let network = if named { network } else { OTHER };
         let find = |s: &Series, network: &str| {
             s.command == command && s.network == network && s.code == code
         };
@@ -233,6 +235,11 @@ mod tests {
             s.count("DEL", "", code, ms(1));
         }
         assert_eq!(s.series.len(), MAX_SERIES);
+        let mut t = Stats::default();
+        t.count("ADD", "x\n2026-01-01T00:00:00Z INFO FORGED", 7, ms(1));
+        t.count("ADD", "rail-0.a_b", 0, ms(1));
+        let names: Vec<&str> = t.series.iter().map(|x| x.network.as_str()).collect();
+        assert_eq!(names, [OTHER, "rail-0.a_b"]);
         let text = serde_json::to_vec(&s).unwrap();
         assert!((text.len() as u64) < MAX_BYTES, "{}", text.len());
         assert_eq!(peek_network(br#"{"name":"rail3","x":1}"#), "rail3");

@@ -209,7 +209,20 @@ pub struct NodeView {
 pub fn gather(state_dir: &Path) -> NodeView {
     let mut view = NodeView::default();
     match pod_record::read_all(&state_dir.join("attachments")) {
-        Ok(entries) => view.records = entries.into_iter().filter_map(|(_, r)| r.ok()).collect(),
+        Ok(entries) => {
+            view.records = entries.into_iter().filter_map(|(_, r)| r.ok()).collect();
+            // The container sees the host's namespaces at /var/run/netns only (the DaemonSet's
+            // mount; its image has no /run): a runtime that named /run/netns is read there.
+            for record in &mut view.records {
+                if let Some(name) = record
+                    .netns
+                    .as_deref()
+                    .and_then(|p| p.strip_prefix("/run/netns/"))
+                {
+                    record.netns = Some(format!("/var/run/netns/{name}"));
+                }
+            }
+        }
         Err(e) => {
             view.errors.insert("records", e.to_string());
         }
