@@ -14,8 +14,10 @@
 //! hostNetwork, so that is the node's): the RDMA subsystem's netns mode is shared; every rail
 //! (each RDMA port with an Ethernet link layer whose netdev is here, or the netdevs `--rails`
 //! names) is up, its RDMA port ACTIVE, and its GID table has room for a child (gid_capacity.rs). The
-//! words are those of STATUS and `diagnose`. Reads sysfs, RDMA netlink and rtnetlink dumps
-//! only: no capability is needed, and no namespace is entered.
+//! words are those of STATUS and `diagnose`. Reads sysfs and RDMA netlink only (a rail's
+//! admin state from its sysfs `flags`, not an rtnetlink dump: the same bit, and it keeps the
+//! route netlink code out of `roce-ipvlan-annotate`, whose `/metrics` reads the rails here
+//! too): no capability is needed, and no namespace is entered.
 //!
 //! Exit status: 0 ready, 1 not ready (each problem on a line), 2 bad arguments.
 
@@ -23,7 +25,6 @@ use std::path::{Path, PathBuf};
 
 use crate::attach::gid_capacity::{self, Usage};
 use crate::attach::pod_record;
-use crate::kernel::netlink::RouteSocket;
 use crate::kernel::rdma::{self, NetnsMode, RdmaPort, Sysfs};
 use crate::tools::cli::{self, Long, Parsed, Short};
 
@@ -193,11 +194,10 @@ pub fn rail_facts(
         .filter(|name| !found.iter().any(|(n, _)| n == *name))
         .cloned()
         .collect();
-    let links = links_up(found.iter().map(|(n, _)| n.as_str()));
     let rails = found
         .into_iter()
-        .zip(links)
-        .map(|((netdev, port), up)| RailFacts {
+        .map(|(netdev, port)| (sysfs.netdev_admin_up(&netdev), (netdev, port)))
+        .map(|(up, (netdev, port))| RailFacts {
             state: sysfs.port_state(&port).map_err(|e| e.to_string()),
             gids: gid_capacity::measure(&sysfs, &port, records).map_err(|e| e.to_string()),
             netdev,
@@ -206,22 +206,6 @@ pub fn rail_facts(
         })
         .collect();
     (rails, missing_rails, ports_error)
-}
-
-/// Whether each named link is administratively up (None: not found or not readable).
-fn links_up<'a>(names: impl Iterator<Item = &'a str>) -> Vec<Option<bool>> {
-    let names: Vec<&str> = names.collect();
-    let count = names.len();
-    let Ok(host) = RouteSocket::current() else {
-        return vec![None; count];
-    };
-    names
-        .into_iter()
-        .map(|name| match host.link_by_name(name) {
-            Ok(Some(link)) => Some(link.admin_up),
-            _ => None,
-        })
-        .collect()
 }
 
 fn binary_facts(installed: &Path) -> BinaryFacts {
