@@ -9,6 +9,9 @@ import json
 import re
 
 INSTALL_DIR = "/host/opt/cni/bin"
+# The annotate container's /metrics port (docs/deploy.md#metrics; tools/metrics.rs DEFAULT_PORT).
+METRICS_PORT = 9740
+DASHBOARD = "charts/roce-ipvlan/dashboards/roce-ipvlan.json"
 IMAGE_NAME = "ghcr.io/roce-ipvlan/roce-ipvlan"
 
 
@@ -28,7 +31,7 @@ def installer(docs):
     return ds[0]
 
 
-def check_installer(ds, *, mode, bin_dir, image, namespace, rails=None, openshift=False):
+def check_installer(ds, *, mode, bin_dir, image, namespace, rails=None, openshift=False, metrics_port=METRICS_PORT):
     errors = []
     spec = ds["spec"]["template"]["spec"]
     c = spec["containers"][0]
@@ -70,6 +73,12 @@ def check_installer(ds, *, mode, bin_dir, image, namespace, rails=None, openshif
     expect("annotate SELinux type", a["securityContext"].get("seLinuxOptions", {}).get("type"),
            "spc_t" if openshift else None)
     expect("annotate readiness probe", a.get("readinessProbe"), None)
+    # /metrics and /healthz (docs/deploy.md#metrics): the port, named for the Service and the
+    # probe, and the address variable that says the same port.
+    expect("annotate ports", a.get("ports"), [{"name": "metrics", "containerPort": metrics_port, "protocol": "TCP"}])
+    expect("annotate env ROCE_IPVLAN_METRICS_ADDRESS",
+           [e.get("value") for e in a.get("env", []) if e["name"] == "ROCE_IPVLAN_METRICS_ADDRESS"], [str(metrics_port)])
+    expect("annotate liveness probe", (a.get("livenessProbe") or {}).get("httpGet"), {"path": "/healthz", "port": "metrics"})
     attachments = [v for v in spec["volumes"] if v["name"] == "attachments"]
     expect("attachments volume", attachments, [{"name": "attachments", "hostPath": {
         "path": "/run/roce-ipvlan/attachments", "type": "DirectoryOrCreate"}}])
@@ -83,21 +92,97 @@ def check_installer(ds, *, mode, bin_dir, image, namespace, rails=None, openshif
     expect("annotate's mounts", [(m["name"], m["mountPath"], m.get("readOnly", False)) for m in a.get("volumeMounts", [])],
            [("attachments", "/host/run/roce-ipvlan/attachments", True),
             ("token", "/var/run/secrets/kubernetes.io/serviceaccount", True),
-            ("published", "/host/var/lib/roce-ipvlan", False)])
+            ("published", "/host/var/lib/roce-ipvlan", False),
+            ("command-stats", "/host/run/roce-ipvlan/metrics", True),
+            ("netns", "/var/run/netns", True)])
+    netns_mount = [m for m in a.get("volumeMounts", []) if m["name"] == "netns"]
+    expect("netns mount propagation", [m.get("mountPropagation") for m in netns_mount], ["HostToContainer"])
+    for name, path in (("command-stats", "/run/roce-ipvlan/metrics"), ("netns", "/var/run/netns")):
+        expect(f"{name} volume", [v for v in spec["volumes"] if v["name"] == name],
+               [{"name": name, "hostPath": {"path": path, "type": "DirectoryOrCreate"}}])
     expect("install's mounts", [m["name"] for m in c.get("volumeMounts", [])], ["cni-bin"])
     selinux = c["securityContext"].get("seLinuxOptions", {}).get("type")
     expect("SELinux type", selinux, "spc_t" if openshift else None)
     return errors
 
 
+def check_metrics(docs, namespace, *, port=METRICS_PORT, service=True, monitor=False, dashboard=False):
+    """The headless Service over the installer pods, the optional ServiceMonitor and dashboard
+    ConfigMap (docs/deploy.md#metrics); the dashboard parses and queries only metrics the code
+    exports (tools/metrics.rs NAMES; its unit test checks the same from the Rust side)."""
+    errors = []
+    svc = [d for d in of_kind(docs, "Service") if d["metadata"]["name"] == "roce-ipvlan-metrics"]
+    if not service:
+        errors += [f"Service roce-ipvlan-metrics rendered, expected none"] if svc else []
+    elif len(svc) != 1:
+        errors.append(f"Service roce-ipvlan-metrics: {len(svc)} found, expected one")
+    else:
+        spec = svc[0]["spec"]
+        want = {"clusterIP": "None", "selector": {"app.kubernetes.io/name": "roce-ipvlan",
+                                                   "app.kubernetes.io/component": "cni-installer"},
+                "ports": [{"name": "metrics", "port": port, "targetPort": "metrics", "protocol": "TCP"}]}
+        got = {k: spec.get(k) for k in want}
+        if got != want or svc[0]["metadata"].get("namespace") != namespace:
+            errors.append(f"Service roce-ipvlan-metrics: {got} in {svc[0]['metadata'].get('namespace')}, expected {want} in {namespace}")
+    sm = of_kind(docs, "ServiceMonitor")
+    if [m["metadata"]["name"] for m in sm] != (["roce-ipvlan-metrics"] if monitor else []):
+        errors.append(f"ServiceMonitors {[m['metadata']['name'] for m in sm]}, expected {'one' if monitor else 'none'}")
+    for m in sm:
+        if [e.get("port") for e in m["spec"]["endpoints"]] != ["metrics"]:
+            errors.append(f"ServiceMonitor endpoints {m['spec']['endpoints']}, expected the port metrics")
+    cms = [d for d in of_kind(docs, "ConfigMap") if d["metadata"]["name"] == "roce-ipvlan-dashboard"]
+    if len(cms) != (1 if dashboard else 0):
+        errors.append(f"dashboard ConfigMaps: {len(cms)}, expected {1 if dashboard else 0}")
+    for cm in cms:
+        if json.loads(cm["data"]["roce-ipvlan.json"]) != json.load(open(DASHBOARD)):
+            errors.append(f"the dashboard ConfigMap differs from {DASHBOARD}")
+    return errors + check_dashboard()
+
+
+def exported_metrics():
+    """The metric families plugin/src/tools/metrics.rs exports (its NAMES list)."""
+    text = open("plugin/src/tools/metrics.rs").read()
+    block = text[text.index("pub const NAMES"):]
+    block = block[:block.index("];")]
+    return set(re.findall(r'"(roce_ipvlan_[a-z_]+)"', block))
+
+
+def check_dashboard():
+    """The Grafana dashboard parses and every metric its queries name is exported."""
+    dashboard = json.load(open(DASHBOARD))
+    names = exported_metrics()
+    exprs = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if k == "expr" and isinstance(v, str):
+                    exprs.append(v)
+                else:
+                    walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+    walk(dashboard)
+    errors = [] if exprs else [f"{DASHBOARD}: no queries"]
+    for expr in exprs:
+        for word in re.findall(r"roce_ipvlan_[a-zA-Z0-9_]+", expr):
+            family = next((word[:-len(s)] for s in ("_bucket", "_sum", "_count")
+                           if word.endswith(s) and word[:-len(s)] in names), word)
+            if family not in names:
+                errors.append(f"{DASHBOARD} queries {word}, which plugin/src/tools/metrics.rs does not export")
+    return errors
+
+
 def check_rbac(docs, namespace):
-    """The installer's service account, allowed to patch pods and nothing else."""
+    """The installer's service account, allowed to patch pods and create Events, nothing else."""
     errors = []
     sa = [d for d in of_kind(docs, "ServiceAccount") if d["metadata"]["name"] == "roce-ipvlan-installer"]
     if [d["metadata"].get("namespace") for d in sa] != [namespace]:
         errors.append(f"ServiceAccount roce-ipvlan-installer: {len(sa)} found, expected one in {namespace}")
     roles = [d for d in of_kind(docs, "ClusterRole") if d["metadata"]["name"] == "roce-ipvlan-installer"]
-    want_rules = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]}]
+    want_rules = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]},
+                  {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
     if [r.get("rules") for r in roles] != [want_rules]:
         errors.append(f"ClusterRole roce-ipvlan-installer: {[r.get('rules') for r in roles]}, expected [{want_rules}]")
     bindings = [d for d in of_kind(docs, "ClusterRoleBinding") if d["metadata"]["name"] == "roce-ipvlan-installer"]
@@ -189,7 +274,8 @@ def check(name, docs):
         if name in ("deploy", "deploy/base"):
             return (check_installer(installer(docs), mode="install", bin_dir="/opt/cni/bin", image=image,
                                     namespace="roce-ipvlan")
-                    + check_namespace(docs, "roce-ipvlan") + check_rbac(docs, "roce-ipvlan") + check_policy(docs))
+                    + check_namespace(docs, "roce-ipvlan") + check_rbac(docs, "roce-ipvlan") + check_policy(docs)
+                    + check_metrics(docs, "roce-ipvlan"))
         if name == "deploy/openshift":
             return (check_installer(installer(docs), mode="install", bin_dir="/var/lib/cni/bin", image=image,
                                     namespace="roce-ipvlan", openshift=True)
@@ -212,7 +298,8 @@ def check(name, docs):
             return (check_installer(installer(docs), mode="install", bin_dir="/opt/cni/bin", image=image,
                                     namespace="roce-ipvlan")
                     + check_nads(docs, names=[], namespace="roce-ipvlan") + check_pools(docs, [])
-                    + check_rbac(docs, "roce-ipvlan") + check_policy(docs))
+                    + check_rbac(docs, "roce-ipvlan") + check_policy(docs)
+                    + check_metrics(docs, "roce-ipvlan"))
         if name == "chart:openshift-deviceid":
             return (check_installer(installer(docs), mode="install", bin_dir="/var/lib/cni/bin", image=image,
                                     namespace="roce-ipvlan", openshift=True)
@@ -246,6 +333,10 @@ def check(name, docs):
                     + [f"NAD ipam {conf['ipam']}, expected the values' host-local object as is"
                        for _, (d, conf) in nads(docs).items()
                        if conf["ipam"] != {"type": "host-local", "subnet": "10.224.0.0/16"}])
+        if name == "chart:metrics":
+            return (check_installer(installer(docs), mode="install", bin_dir="/opt/cni/bin", image=image,
+                                    namespace="roce-ipvlan", metrics_port=9801)
+                    + check_metrics(docs, "roce-ipvlan", port=9801, monitor=True, dashboard=True))
         if name == "chart:custom":
             ds = installer(docs)
             spec = ds["spec"]["template"]["spec"]

@@ -29,6 +29,7 @@ pub mod kernel {
 /// IPv6, device-info, the deadline, the undo stack and its test-only failpoints.
 pub(crate) mod attach {
     pub(crate) mod budget;
+    pub(crate) mod command_stats;
     pub(crate) mod device_info;
     pub(crate) mod failpoint;
     pub(crate) mod gid_capacity;
@@ -56,6 +57,7 @@ pub(crate) mod tools {
     pub(crate) mod fabric_check;
     pub(crate) mod install;
     pub(crate) mod kube;
+    pub(crate) mod metrics;
     pub(crate) mod ready;
     pub(crate) mod validate;
     pub(crate) mod workload_env;
@@ -96,6 +98,7 @@ use crate::protocol::{cni, config, error, logging};
 /// Runs the plugin; returns the process exit code.
 pub fn run() -> i32 {
     use std::io::IsTerminal;
+    let started = std::time::Instant::now();
     install_panic_hook();
     one_malloc_arena();
     // Read stdin even when the environment is wrong, so that the error is reported in the
@@ -108,11 +111,12 @@ pub fn run() -> i32 {
     };
     let version = config::peek_version(&stdin).unwrap_or_else(|| "1.1.0".to_string());
     let _ = PANIC_VERSION.set(version.clone());
-    let outcome = read
+    let env = read
         .map_err(|e| Error::io("cannot read stdin", e))
-        .and_then(|()| Env::from_process())
-        .and_then(|env| dispatch(&env, &stdin));
-    match outcome {
+        .and_then(|()| Env::from_process());
+    let command = env.as_ref().ok().map(|env| env.command);
+    let outcome = env.and_then(|env| dispatch(&env, &stdin));
+    let code = match outcome {
         Ok(doc) => {
             if let Some(doc) = doc {
                 print_document(&doc.to_string());
@@ -124,7 +128,30 @@ pub fn run() -> i32 {
             let doc = serde_json::to_string(&err.to_cni(&version))
                 .expect("a CNI error always serializes");
             print_document(&doc);
-            1
+            err.code()
+        }
+    };
+    // After the result is out, so that counting never delays it.
+    count_command(command, &stdin, code, started.elapsed());
+    i32::from(code != 0)
+}
+
+/// Counts an ADD or DEL for the installer's `/metrics` (attach/command_stats.rs); best-effort.
+fn count_command(command: Option<Command>, stdin: &[u8], code: u32, took: std::time::Duration) {
+    use crate::attach::command_stats;
+    let name = match command {
+        Some(Command::Add) => "ADD",
+        Some(Command::Del) => "DEL",
+        _ => return,
+    };
+    let network = command_stats::peek_network(stdin);
+    let dir = std::path::Path::new(command_stats::DIR);
+    if let Err(e) = command_stats::record(dir, name, &network, code, took) {
+        // Not root (a test, a dry run by hand): nothing to count for a node.
+        if e.kind() == std::io::ErrorKind::PermissionDenied {
+            tracing::debug!(error = %e, "command not counted");
+        } else {
+            tracing::warn!(error = %e, dir = %dir.display(), "command not counted for the installer's metrics");
         }
     }
 }

@@ -27,6 +27,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -34,6 +35,7 @@ use serde::Serialize;
 use crate::attach::pod_record::{self, PodRef, Record};
 use crate::tools::cli::{self, Long, Parsed, Short};
 use crate::tools::kube::{Client, Response};
+use crate::tools::metrics::{self, Counters};
 
 /// The annotation's key.
 pub const ANNOTATION: &str = "roce-ipvlan.io/gids";
@@ -255,6 +257,97 @@ fn policy_refusal(pod: &PodRef, status: u16, message: &str) -> String {
     )
 }
 
+/// The reason of the Events posted on a pod whose annotation cannot be published.
+pub const EVENT_REASON: &str = "GidAnnotationFailed";
+
+/// The most of a message an Event carries (the API server allows 1 KiB for a legacy Event's
+/// message; the whole one is in the annotate container's log).
+const EVENT_MESSAGE_MAX: usize = 1000;
+
+/// Why a patch the API server answered failed, in a word: one Event per pod and kind. None
+/// when it is no failure, or when the server did not answer at all (an Event would not get
+/// through either; the log and the counter say it).
+pub fn failure_kind(answer: &Result<Response, String>) -> Option<&'static str> {
+    let response = answer.as_ref().ok()?;
+    let policy = || response.message().contains("ValidatingAdmissionPolicy");
+    Some(match response.status {
+        200..=299 | 404 => return None,
+        403 | 422 if policy() => "admission-policy",
+        401 => "unauthorized",
+        403 => "forbidden",
+        409 | 422 if response.message().to_ascii_lowercase().contains("uid") => return None,
+        422 => "invalid",
+        429 => "throttled",
+        500..=599 => "server-error",
+        _ => "http-error",
+    })
+}
+
+/// `time` as RFC 3339 in UTC, to the second (what a legacy Event's timestamps take).
+pub fn rfc3339(time: std::time::SystemTime) -> String {
+    let secs = time
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (days, rest) = (secs / 86_400, secs % 86_400);
+    // Days to a civil date (Howard Hinnant's algorithm), for days since 1970-01-01.
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rest / 3600,
+        rest / 60 % 60,
+        rest % 60
+    )
+}
+
+/// The Event (core/v1) that tells `pod`'s owner why its annotation is not published: a
+/// Warning on the pod, from `roce-ipvlan-annotate` on `node`.
+pub fn event_body(
+    pod: &PodRef,
+    kind: &str,
+    message: &str,
+    node: &str,
+    now: std::time::SystemTime,
+) -> String {
+    let mut text = format!("{ANNOTATION} not published ({kind}): {message}");
+    if text.len() > EVENT_MESSAGE_MAX {
+        let mut end = EVENT_MESSAGE_MAX - 3;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push_str("...");
+    }
+    let time = rfc3339(now);
+    serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": format!("{}.", pod.name), "namespace": pod.namespace},
+        "involvedObject": {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "namespace": pod.namespace,
+            "name": pod.name,
+            "uid": pod.uid,
+        },
+        "reason": EVENT_REASON,
+        "type": "Warning",
+        "message": text,
+        "source": {"component": "roce-ipvlan-annotate", "host": node},
+        "firstTimestamp": time,
+        "lastTimestamp": time,
+        "count": 1,
+    })
+    .to_string()
+}
+
 /// The annotator's memory: what it published, what it found gone, what failed and when to
 /// try it again, what it last logged.
 pub struct Annotator {
@@ -268,6 +361,12 @@ pub struct Annotator {
     jitter: Box<dyn FnMut() -> f64>,
     logged: BTreeMap<PodRef, String>,
     skipped: BTreeSet<PathBuf>,
+    /// What `/metrics` reports of the patches (tools/metrics.rs).
+    counters: Arc<Counters>,
+    /// The Events posted: one per pod and failure kind, forgotten with the pod's records.
+    evented: BTreeSet<(PodRef, &'static str)>,
+    /// The node's name, the Events' source.
+    node: String,
 }
 
 /// A pod whose last patch failed.
@@ -323,7 +422,16 @@ impl Annotator {
             jitter: jitter_source(),
             logged: BTreeMap::new(),
             skipped: BTreeSet::new(),
+            counters: Arc::default(),
+            evented: BTreeSet::new(),
+            node: std::env::var("NODE_NAME").unwrap_or_default(),
         }
+    }
+
+    /// Counts into `counters` (the ones `/metrics` serves) instead of its own.
+    pub fn with_counters(mut self, counters: Arc<Counters>) -> Annotator {
+        self.counters = counters;
+        self
     }
 
     /// One pass: read the records, patch what changed (unless its pod is in backoff),
@@ -359,6 +467,8 @@ impl Annotator {
         self.gone.retain(|pod| desired.contains_key(pod));
         self.logged
             .retain(|pod, _| desired.contains_key(pod) || self.published.contains_key(pod));
+        self.evented
+            .retain(|(pod, _)| desired.contains_key(pod) || self.published.contains_key(pod));
         let too_long: Vec<PodRef> = desired
             .iter()
             .filter(|(_, value)| value.len() > MAX_VALUE)
@@ -366,15 +476,14 @@ impl Annotator {
             .collect();
         for pod in too_long {
             let length = desired.remove(&pod).map_or(0, |v| v.len());
-            self.log_once(
-                Some(&pod),
-                format!(
-                    "pod {pod}'s {ANNOTATION} list would be {length} bytes, more than the \
-                     {MAX_VALUE} the annotator publishes (Kubernetes allows 256 KiB for all of a \
-                     pod's annotations together): not published, and one published before is \
-                     removed; its GIDs are in the records on the node (pod_record.rs)"
-                ),
+            let message = format!(
+                "pod {pod}'s {ANNOTATION} list would be {length} bytes, more than the \
+                 {MAX_VALUE} the annotator publishes (Kubernetes allows 256 KiB for all of a \
+                 pod's annotations together): not published, and one published before is \
+                 removed; its GIDs are in the records on the node (pod_record.rs)"
             );
+            self.tell_pod(&pod, "too-long", &message);
+            self.log_once(Some(&pod), message);
         }
         let changes = plan(&desired, &self.published, &self.gone);
         // Bounded by what is to be patched: a pod whose list is published meanwhile, or whose
@@ -390,17 +499,26 @@ impl Annotator {
                     continue;
                 }
             }
-            let outcome = match self.client.patch(
+            let answer = self.client.patch(
                 &pod_path(&pod),
                 "application/merge-patch+json",
                 patch_body(&pod, value.as_deref()).as_bytes(),
-            ) {
+            );
+            let kind = failure_kind(&answer);
+            let outcome = match answer {
                 Ok(response) => judge(&pod, &response),
                 Err(e) => Outcome::failed(format!(
                     "cannot patch pod {pod}: {e}; tried again after a backoff (at most {} s)",
                     BACKOFF_MAX.as_secs()
                 )),
             };
+            let c = &self.counters;
+            Counters::add(match outcome {
+                Outcome::Done => &c.patches_done,
+                Outcome::Gone => &c.patches_gone,
+                Outcome::Failed { .. } => &c.patches_failed,
+                Outcome::Refused(_) => &c.patches_refused,
+            });
             match outcome {
                 Outcome::Done => {
                     match &value {
@@ -432,6 +550,9 @@ impl Annotator {
                     message,
                     retry_after,
                 } => {
+                    if let Some(kind) = kind {
+                        self.tell_pod(&pod, kind, &message);
+                    }
                     self.log_once(Some(&pod), message);
                     let failures = match self.retries.get(&pod) {
                         Some(retry) if retry.value == value => retry.failures.saturating_add(1),
@@ -446,6 +567,7 @@ impl Annotator {
                     self.retries.insert(pod, retry);
                 }
                 Outcome::Refused(message) => {
+                    self.tell_pod(&pod, kind.unwrap_or("invalid"), &message);
                     self.log_once(Some(&pod), message);
                     let retry = Retry {
                         value,
@@ -458,6 +580,38 @@ impl Annotator {
         }
         if published_changed {
             self.save();
+        }
+        self.counters.pods_pending.store(
+            self.retries.len() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+
+    /// Posts an Event on `pod` for a failure of `kind`, once per pod and kind (not per
+    /// retry). The Event's own failure is counted and logged once, never retried.
+    fn tell_pod(&mut self, pod: &PodRef, kind: &'static str, message: &str) {
+        if !self.evented.insert((pod.clone(), kind)) {
+            return;
+        }
+        let body = event_body(pod, kind, message, &self.node, std::time::SystemTime::now());
+        let path = format!("/api/v1/namespaces/{}/events", pod.namespace);
+        let failure = match self.client.post(&path, "application/json", body.as_bytes()) {
+            Ok(r) if (200..300).contains(&r.status) => None,
+            Ok(r) => Some(format!(
+                "cannot post Events on pods (HTTP {}: {}): the service account needs the verb \
+                 \"create\" on \"events\" (ClusterRole roce-ipvlan-installer of deploy/ or the \
+                 chart); the failures are in this log",
+                r.status,
+                r.message()
+            )),
+            Err(e) => Some(format!("cannot post Events on pods: {e}")),
+        };
+        match failure {
+            None => Counters::add(&self.counters.events_created),
+            Some(message) => {
+                Counters::add(&self.counters.events_failed);
+                self.log_once(None, message);
+            }
         }
     }
 
@@ -541,24 +695,41 @@ fn client() -> Option<Client> {
 /// own, not even when it cannot annotate (outside a cluster, no NODE_NAME): an exit would
 /// restart the container, and a crash loop would make the DaemonSet's pod unready.
 pub fn main(args: &[String]) -> i32 {
-    const USAGE: &str = "usage: roce-ipvlan-annotate [--state-dir DIR] [--published FILE]\n\
+    const USAGE: &str = "usage: roce-ipvlan-annotate [--state-dir DIR] [--published FILE] \
+                 [--metrics-address IP:PORT|off]\n\
                  Publishes the GID indexes of this node's pods as their roce-ipvlan.io/gids \
                  annotation, from the plugin's records in DIR/attachments (default \
                  /host/run/roce-ipvlan), every 3 seconds, until SIGTERM; what it published is \
                  kept in FILE (default /host/var/lib/roce-ipvlan/annotated.json). Needs the \
-                 service account's token (patch on pods) and NODE_NAME; docs/deploy.md.";
-    let (state_dir, published) = match cli::args_or_exit("annotate", USAGE, parse_args(args)) {
-        Ok(dirs) => dirs,
-        Err(code) => return code,
-    };
+                 service account's token (patch on pods) and NODE_NAME; docs/deploy.md. \
+                 Serves /metrics and /healthz on IP:PORT (default port 9740 on every address; \
+                 also ROCE_IPVLAN_METRICS_ADDRESS; off: not served).";
+    let (state_dir, published, metrics_address) =
+        match cli::args_or_exit("annotate", USAGE, parse_args(args)) {
+            Ok(parsed) => parsed,
+            Err(code) => return code,
+        };
     let stop = wait_for_signal();
+    let counters = Arc::new(Counters::default());
+    match metrics::listen(metrics_address.as_deref()) {
+        Ok(Some(listener)) => {
+            if let Ok(addr) = listener.local_addr() {
+                println!("serving /metrics and /healthz on {addr}");
+            }
+            metrics::serve(listener, state_dir.clone(), Arc::clone(&counters));
+        }
+        Ok(None) => println!("not serving /metrics (--metrics-address off)"),
+        // Not fatal: the annotations matter more than the metrics; the liveness probe on
+        // /healthz then restarts the container, which tries the port again.
+        Err(e) => eprintln!("roce-ipvlan annotate: {e}"),
+    }
     let Some(client) = client() else {
         // Nothing to do: stay up (see above) until told to stop.
         let _ = stop.recv();
         return 0;
     };
     println!("records in {}", state_dir.join("attachments").display());
-    let mut annotator = Annotator::new(client, &state_dir, &published);
+    let mut annotator = Annotator::new(client, &state_dir, &published).with_counters(counters);
     loop {
         annotator.pass();
         match stop.recv_timeout(INTERVAL) {
@@ -568,19 +739,23 @@ pub fn main(args: &[String]) -> i32 {
     }
 }
 
-fn parse_args(args: &[String]) -> cli::Outcome<(PathBuf, PathBuf)> {
+type Args = (PathBuf, PathBuf, Option<String>);
+
+fn parse_args(args: &[String]) -> cli::Outcome<Args> {
     cli::parse(args, |p| {
         let mut dir = PathBuf::from(DEFAULT_STATE_DIR);
         let mut published = PathBuf::from(DEFAULT_PUBLISHED);
+        let mut metrics_address = None;
         while let Some(arg) = p.next()? {
             match arg {
                 Long("state-dir") => dir = PathBuf::from(cli::string(p)?),
                 Long("published") => published = PathBuf::from(cli::string(p)?),
+                Long("metrics-address") => metrics_address = Some(cli::string(p)?),
                 Short('h') | Long("help") => return Ok(Parsed::Help),
                 arg => return Err(cli::unexpected(arg)),
             }
         }
-        Ok(Parsed::Run((dir, published)))
+        Ok(Parsed::Run((dir, published, metrics_address)))
     })
 }
 
@@ -615,6 +790,7 @@ fn wait_for_signal() -> std::sync::mpsc::Receiver<()> {
 mod tests {
     use super::*;
     use crate::attach::pod_record::Rail;
+    use std::sync::atomic::Ordering;
 
     /// A client of the local HTTPS API server on `port` whose certificates are in `dir`.
     fn client_of(dir: &Path, port: u16) -> Client {
@@ -738,12 +914,24 @@ mod tests {
             parse_args(&args(&[])).unwrap(),
             Parsed::Run((
                 PathBuf::from("/host/run/roce-ipvlan"),
-                PathBuf::from("/host/var/lib/roce-ipvlan/annotated.json")
+                PathBuf::from("/host/var/lib/roce-ipvlan/annotated.json"),
+                None
             ))
         );
         assert_eq!(
-            parse_args(&args(&["--state-dir=/x", "--published", "/y/p.json"])).unwrap(),
-            Parsed::Run((PathBuf::from("/x"), PathBuf::from("/y/p.json")))
+            parse_args(&args(&[
+                "--state-dir=/x",
+                "--published",
+                "/y/p.json",
+                "--metrics-address",
+                "127.0.0.1:9"
+            ]))
+            .unwrap(),
+            Parsed::Run((
+                PathBuf::from("/x"),
+                PathBuf::from("/y/p.json"),
+                Some("127.0.0.1:9".into())
+            ))
         );
         assert_eq!(parse_args(&args(&["--help"])).unwrap(), Parsed::Help);
         assert!(parse_args(&args(&["--bogus"])).is_err());
@@ -915,14 +1103,31 @@ mod tests {
         requests: &mut impl Iterator<Item = std::io::Result<String>>,
         probe: &Client,
     ) -> Vec<String> {
+        sent_all(requests, probe).0
+    }
+
+    /// The patched pods' names, and the Events posted (each body's involved pod's name and
+    /// message).
+    fn sent_all(
+        requests: &mut impl Iterator<Item = std::io::Result<String>>,
+        probe: &Client,
+    ) -> (Vec<String>, Vec<(String, String)>) {
         probe.patch("/probe", "application/json", b"{}").unwrap();
-        let mut paths = Vec::new();
+        let (mut paths, mut events) = (Vec::new(), Vec::new());
         loop {
             let got: serde_json::Value =
                 serde_json::from_str(&requests.next().unwrap().unwrap()).unwrap();
             let path = got["path"].as_str().unwrap().rsplit('/').next().unwrap();
             if path == "probe" {
-                return paths;
+                return (paths, events);
+            }
+            if got["method"] == "POST" {
+                assert_eq!(path, "events");
+                let body: serde_json::Value =
+                    serde_json::from_str(got["body"].as_str().unwrap()).unwrap();
+                let name = body["involvedObject"]["name"].as_str().unwrap().to_string();
+                events.push((name, body["message"].as_str().unwrap().to_string()));
+                continue;
             }
             paths.push(path.to_string());
         }
@@ -955,6 +1160,17 @@ mod tests {
         };
 
         assert_eq!(pass(&mut annotator, 0.0), ["broken", "busy", "invalid"]);
+        let c = Arc::clone(&annotator.counters);
+        let get = |x: &std::sync::atomic::AtomicU64| x.load(Ordering::Relaxed);
+        assert_eq!(
+            (
+                get(&c.patches_failed),
+                get(&c.patches_refused),
+                get(&c.patches_done)
+            ),
+            (2, 1, 0),
+            "500 and 429 failed, 422 refused"
+        );
         assert!(pass(&mut annotator, 2.9).is_empty());
         assert_eq!(pass(&mut annotator, 3.0), ["broken"]);
         assert!(pass(&mut annotator, 8.9).is_empty());
@@ -1093,10 +1309,25 @@ mod tests {
         let mut annotator = Annotator::new(client(closed), &state, &tmp.path().join("p.json"));
         annotator.jitter = Box::new(|| 0.0);
         let t0 = Instant::now();
+        let counted = |a: &Annotator| {
+            let c = &a.counters;
+            let get = |x: &std::sync::atomic::AtomicU64| x.load(Ordering::Relaxed);
+            (
+                get(&c.patches_failed),
+                get(&c.patches_done),
+                get(&c.pods_pending),
+            )
+        };
         annotator.pass_at(t0);
         assert_eq!(annotator.retries[&pod("live", "aa-1")].failures, 1);
+        assert_eq!(
+            counted(&annotator),
+            (1, 0, 1),
+            "refused connection: a failed patch"
+        );
         annotator.pass_at(t0 + Duration::from_secs(3));
         assert_eq!(annotator.retries[&pod("live", "aa-1")].failures, 2);
+        assert_eq!(counted(&annotator), (2, 0, 1));
         annotator.client = client(port);
         annotator.pass_at(t0 + Duration::from_secs(5));
         assert!(
@@ -1105,8 +1336,120 @@ mod tests {
         );
         annotator.pass_at(t0 + Duration::from_secs(9));
         assert_eq!(sent(&mut requests, &client(port)), ["live"]);
+        assert_eq!(counted(&annotator), (2, 1, 0), "published: nothing pending");
         assert!(annotator.retries.is_empty());
         assert!(annotator.published.contains_key(&pod("live", "aa-1")));
+    }
+
+    /// A pod whose patch fails gets one Event per failure kind, not one per retry: 500, 429
+    /// and 422 each post one on the first pass and none on the retries; a connection refused
+    /// posts none (the API server did not answer) but still counts the failed patch.
+    #[test]
+    fn a_failed_patch_posts_one_event_per_pod_and_kind() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (_server, _, client, mut requests) = api_server(tmp.path());
+        let state = tmp.path().join("state");
+        let records = state.join("attachments");
+        for (name, cid) in [
+            ("broken", "c1"),
+            ("busy", "c2"),
+            ("invalid", "c3"),
+            ("ok", "c4"),
+        ] {
+            let mut r = record(&pod(name, "aa-1"), "net1", &[("net1", "rdma0", 3)]);
+            r.container_id = cid.into();
+            pod_record::write(&records, &r).unwrap();
+        }
+        let mut annotator = Annotator::new(client.clone(), &state, &tmp.path().join("p.json"));
+        annotator.jitter = Box::new(|| 0.0);
+        let t0 = Instant::now();
+        annotator.pass_at(t0);
+        let (patched, events) = sent_all(&mut requests, &client);
+        assert_eq!(patched, ["broken", "busy", "invalid", "ok"]);
+        let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["broken", "busy", "invalid"], "{events:?}");
+        assert!(events[0].1.contains("(server-error)") && events[0].1.contains("HTTP 500"));
+        assert!(events[1].1.contains("(throttled)"), "{events:?}");
+        assert!(events[2].1.contains("(invalid)"), "{events:?}");
+        let created = |a: &Annotator| a.counters.events_created.load(Ordering::Relaxed);
+        assert_eq!(created(&annotator), 3);
+        // Retries of the same failures: patches again, no Event.
+        for secs in [3, 20, 45, 100] {
+            annotator.pass_at(t0 + Duration::from_secs(secs));
+        }
+        let (patched, events) = sent_all(&mut requests, &client);
+        assert!(patched.contains(&"broken".to_string()), "{patched:?}");
+        assert!(events.is_empty(), "{events:?}");
+        assert_eq!(created(&annotator), 3);
+        // Bounded: the records gone, what was told is forgotten.
+        for cid in ["c1", "c2", "c3", "c4"] {
+            pod_record::remove(&records, cid, "net1");
+        }
+        annotator.pass_at(t0 + Duration::from_secs(1000));
+        let _ = sent_all(&mut requests, &client);
+        assert!(annotator.evented.is_empty());
+
+        // No answer at all: no Event, the failed patch counted.
+        let closed = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let r = record(&pod("far", "bb-2"), "net1", &[("net1", "rdma0", 3)]);
+        pod_record::write(&records, &r).unwrap();
+        let mut cut = Annotator::new(
+            client_of(tmp.path(), closed),
+            &state,
+            &tmp.path().join("q.json"),
+        );
+        cut.pass_at(t0);
+        assert!(cut.evented.is_empty());
+        assert_eq!(cut.counters.patches_failed.load(Ordering::Relaxed), 1);
+        assert_eq!(cut.counters.events_failed.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn events_name_the_pod_and_say_why_within_the_limit() {
+        let p = pod("a", "aa-1");
+        let t = std::time::UNIX_EPOCH + Duration::from_secs(1_796_526_245);
+        assert_eq!(rfc3339(t), "2026-12-06T03:04:05Z");
+        assert_eq!(rfc3339(std::time::UNIX_EPOCH), "1970-01-01T00:00:00Z");
+        assert_eq!(
+            rfc3339(std::time::UNIX_EPOCH + Duration::from_secs(951_782_400)),
+            "2000-02-29T00:00:00Z"
+        );
+        let body: serde_json::Value =
+            serde_json::from_str(&event_body(&p, "forbidden", &"é".repeat(900), "node-1", t))
+                .unwrap();
+        assert_eq!(body["involvedObject"]["uid"], "aa-1");
+        assert_eq!(body["involvedObject"]["kind"], "Pod");
+        assert_eq!(body["metadata"]["namespace"], "ml");
+        assert_eq!(body["reason"], EVENT_REASON);
+        assert_eq!(body["type"], "Warning");
+        assert_eq!(body["source"]["host"], "node-1");
+        assert_eq!(body["lastTimestamp"], "2026-12-06T03:04:05Z");
+        let message = body["message"].as_str().unwrap();
+        assert!(message.len() <= EVENT_MESSAGE_MAX && message.ends_with("..."));
+        assert!(message.starts_with("roce-ipvlan.io/gids not published (forbidden): é"));
+        let resp = |status, message: &str| -> Result<Response, String> {
+            Ok(Response {
+                status,
+                body: serde_json::json!({"message": message})
+                    .to_string()
+                    .into_bytes(),
+                retry_after: None,
+            })
+        };
+        assert_eq!(failure_kind(&Err("refused".into())), None);
+        assert_eq!(failure_kind(&resp(200, "")), None);
+        assert_eq!(failure_kind(&resp(409, "UID in precondition")), None);
+        assert_eq!(failure_kind(&resp(403, "no")), Some("forbidden"));
+        assert_eq!(
+            failure_kind(&resp(403, "ValidatingAdmissionPolicy 'x' denied")),
+            Some("admission-policy")
+        );
+        assert_eq!(failure_kind(&resp(401, "")), Some("unauthorized"));
+        assert_eq!(failure_kind(&resp(503, "")), Some("server-error"));
     }
 
     #[test]

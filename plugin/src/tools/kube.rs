@@ -106,6 +106,11 @@ impl Client {
         self.request("PATCH", path, content_type, body)
     }
 
+    /// `POST path` (an Event), as [`Client::patch`].
+    pub fn post(&self, path: &str, content_type: &str, body: &[u8]) -> Result<Response, String> {
+        self.request("POST", path, content_type, body)
+    }
+
     fn request(
         &self,
         method: &str,
@@ -430,6 +435,7 @@ class H(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(reply)))
         self.end_headers()
         self.wfile.write(reply)
+    do_POST = do_PATCH
     def log_message(self, *a):
         pass
 d = sys.argv[1]

@@ -14,15 +14,17 @@
 //! hostNetwork, so that is the node's): the RDMA subsystem's netns mode is shared; every rail
 //! (each RDMA port with an Ethernet link layer whose netdev is here, or the netdevs `--rails`
 //! names) is up, its RDMA port ACTIVE, and its GID table has room for a child (gid_capacity.rs). The
-//! words are those of STATUS and `diagnose`. Reads sysfs, RDMA netlink and rtnetlink dumps
-//! only: no capability is needed, and no namespace is entered.
+//! words are those of STATUS and `diagnose`. Reads sysfs and RDMA netlink only (a rail's
+//! admin state from its sysfs `flags`, not an rtnetlink dump: the same bit, and it keeps the
+//! route netlink code out of `roce-ipvlan-annotate`, whose `/metrics` reads the rails here
+//! too): no capability is needed, and no namespace is entered.
 //!
 //! Exit status: 0 ready, 1 not ready (each problem on a line), 2 bad arguments.
 
 use std::path::{Path, PathBuf};
 
 use crate::attach::gid_capacity::{self, Usage};
-use crate::kernel::netlink::RouteSocket;
+use crate::attach::pod_record;
 use crate::kernel::rdma::{self, NetnsMode, RdmaPort, Sysfs};
 use crate::tools::cli::{self, Long, Parsed, Short};
 
@@ -148,40 +150,8 @@ pub fn rail_problems(facts: &NodeFacts) -> Vec<String> {
 
 /// Reads the node. `rails`: the rail netdevs to check, or None for every RoCE port's netdev.
 pub fn gather(rails: Option<&[String]>, installed: &Path) -> NodeFacts {
-    let sysfs = Sysfs::system();
     let netns_mode = rdma::netns_mode().map_err(|e| e.to_string());
-    let (ports, ports_error) = match rdma::netlink_ports() {
-        Ok(p) => (p, None),
-        Err(e) => (Vec::new(), Some(e.to_string())),
-    };
-    let mut found: Vec<(String, RdmaPort)> = ports
-        .into_iter()
-        .filter_map(|p| Some((p.ndev_name?, p.port)))
-        .filter(|(netdev, port)| match rails {
-            Some(names) => names.contains(netdev),
-            None => sysfs.link_layer(port).is_ok_and(|l| l == "Ethernet"),
-        })
-        .collect();
-    found.sort_by(|a, b| a.0.cmp(&b.0));
-    let missing_rails = rails
-        .unwrap_or_default()
-        .iter()
-        .filter(|name| !found.iter().any(|(n, _)| n == *name))
-        .cloned()
-        .collect();
-    let links = links_up(found.iter().map(|(n, _)| n.as_str()));
-    let records = gid_capacity::records();
-    let rails = found
-        .into_iter()
-        .zip(links)
-        .map(|((netdev, port), up)| RailFacts {
-            state: sysfs.port_state(&port).map_err(|e| e.to_string()),
-            gids: gid_capacity::measure(&sysfs, &port, &records).map_err(|e| e.to_string()),
-            netdev,
-            port,
-            up,
-        })
-        .collect();
+    let (rails, missing_rails, ports_error) = rail_facts(rails, &gid_capacity::records());
     let mut facts = NodeFacts {
         netns_mode,
         rails,
@@ -197,20 +167,45 @@ pub fn gather(rails: Option<&[String]>, installed: &Path) -> NodeFacts {
     facts
 }
 
-/// Whether each named link is administratively up (None: not found or not readable).
-fn links_up<'a>(names: impl Iterator<Item = &'a str>) -> Vec<Option<bool>> {
-    let names: Vec<&str> = names.collect();
-    let count = names.len();
-    let Ok(host) = RouteSocket::current() else {
-        return vec![None; count];
+/// The rails as this namespace shows them (see [`gather`]), their GID tables counted with
+/// `records`; the `rails` named that have no RDMA port here; why the ports could not be listed.
+/// Also the installer's `/metrics` (tools/metrics.rs), which passes the records it reads.
+pub fn rail_facts(
+    rails: Option<&[String]>,
+    records: &[pod_record::Record],
+) -> (Vec<RailFacts>, Vec<String>, Option<String>) {
+    let sysfs = Sysfs::system();
+    let (ports, ports_error) = match rdma::netlink_ports() {
+        Ok(p) => (p, None),
+        Err(e) => (Vec::new(), Some(e.to_string())),
     };
-    names
+    let mut found: Vec<(String, RdmaPort)> = ports
         .into_iter()
-        .map(|name| match host.link_by_name(name) {
-            Ok(Some(link)) => Some(link.admin_up),
-            _ => None,
+        .filter_map(|p| Some((p.ndev_name?, p.port)))
+        .filter(|(netdev, port)| match rails {
+            Some(names) => names.contains(netdev),
+            None => sysfs.link_layer(port).is_ok_and(|l| l == "Ethernet"),
         })
-        .collect()
+        .collect();
+    found.sort_by(|a, b| a.0.cmp(&b.0));
+    let missing_rails: Vec<String> = rails
+        .unwrap_or_default()
+        .iter()
+        .filter(|name| !found.iter().any(|(n, _)| n == *name))
+        .cloned()
+        .collect();
+    let rails = found
+        .into_iter()
+        .map(|(netdev, port)| (sysfs.netdev_admin_up(&netdev), (netdev, port)))
+        .map(|(up, (netdev, port))| RailFacts {
+            state: sysfs.port_state(&port).map_err(|e| e.to_string()),
+            gids: gid_capacity::measure(&sysfs, &port, records).map_err(|e| e.to_string()),
+            netdev,
+            port,
+            up,
+        })
+        .collect();
+    (rails, missing_rails, ports_error)
 }
 
 fn binary_facts(installed: &Path) -> BinaryFacts {

@@ -227,6 +227,16 @@ impl Sysfs {
         near
     }
 
+    /// Whether the netdev `ifname` is administratively up (`flags` has IFF_UP), as this
+    /// process's sysfs mount shows it (the node's under hostNetwork); None when it cannot be
+    /// read (no such netdev). What `ready` and `/metrics` report per rail.
+    pub fn netdev_admin_up(&self, ifname: &str) -> Option<bool> {
+        let ifname = path_component(ifname).ok()?;
+        let text = read_small(self.root.join("class/net").join(ifname).join("flags")).ok()?;
+        let flags = u32::from_str_radix(text.trim().trim_start_matches("0x"), 16).ok()?;
+        Some(flags & libc::IFF_UP as u32 != 0)
+    }
+
     /// The port one of whose GIDs belongs to the netdev `ifname` (the default link-local GID
     /// at index 0 belongs to the rail netdev), or None. Fallback for when RDMA netlink cannot
     /// answer; must run in the netns where `ifname` lives, or OFED kernels hide its GIDs.
@@ -393,6 +403,21 @@ mod tests {
     use super::*;
     use crate::kernel::rdma::{wait_for_gid, WaitError};
     use std::thread;
+
+    #[test]
+    fn netdev_admin_up_reads_iff_up_from_flags() {
+        let tmp = TempDir::new().unwrap();
+        let sysfs = Sysfs::new(tmp.path());
+        for (name, flags) in [("up0", "0x1003\n"), ("down0", "0x1002\n")] {
+            let dir = tmp.path().join("class/net").join(name);
+            fs::create_dir_all(&dir).unwrap();
+            fs::write(dir.join("flags"), flags).unwrap();
+        }
+        assert_eq!(sysfs.netdev_admin_up("up0"), Some(true));
+        assert_eq!(sysfs.netdev_admin_up("down0"), Some(false));
+        assert_eq!(sysfs.netdev_admin_up("gone0"), None);
+        assert_eq!(sysfs.netdev_admin_up("../up0"), None);
+    }
 
     #[test]
     fn read_small_reads_short_page_sized_and_longer_files_whole() {
