@@ -73,7 +73,7 @@ nv_ipam_count() { nv_ipam_reserved "$@" | grep -c . || true; }
 # for POD, and no other.
 nv_ipam_pod() {
 	local pod=$1 block=$2 n=$3 ips ip
-	ips=$(netstatus "$pod" | jq -r '.[] | select(.default != true) | .ips[]' | sort)
+	ips=$(netstatus "$pod" | jq -r '.[] | select(.default != true) | .ips[]?' | sort)
 	assert_eq "$(grep -c . <<<"$ips")" "$n" "addresses of $pod's attachments (${ips//$'\n'/ })"
 	# shellcheck disable=SC2086 # BLOCK is two words
 	for ip in $ips; do in_block "$ip" $block || fail "$pod's address $ip is not in the node's block $block"; done
