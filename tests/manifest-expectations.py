@@ -267,7 +267,40 @@ def check_namespace(docs, name):
     return [] if label == "privileged" else [f"Namespace {name}: enforce label {label!r}, expected privileged"]
 
 
+def check_chart_labels(docs, *, release="roce-ipvlan", app_version=None):
+    """Every object the chart renders carries the instance, version and chart labels; the
+    DaemonSet's selector (immutable: an upgrade that changed it would be refused) and the
+    Service's select by name and component alone, as deploy/base's do."""
+    errors = []
+    want = {"app.kubernetes.io/name": "roce-ipvlan", "app.kubernetes.io/instance": release,
+            "app.kubernetes.io/version": app_version or version(),
+            "app.kubernetes.io/managed-by": "Helm", "helm.sh/chart": f"roce-ipvlan-{version()}"}
+    selector = {"app.kubernetes.io/name": "roce-ipvlan", "app.kubernetes.io/component": "cni-installer"}
+    for d in docs:
+        labels = d["metadata"].get("labels") or {}
+        for key, value in want.items():
+            if labels.get(key) != value:
+                errors.append(f"{d['kind']} {d['metadata']['name']}: label {key} {labels.get(key)!r}, expected {value!r}")
+    for ds in (d for d in of_kind(docs, "DaemonSet") if d["metadata"]["name"] == "roce-ipvlan-installer"):
+        if ds["spec"]["selector"] != {"matchLabels": selector}:
+            errors.append(f"DaemonSet selector {ds['spec']['selector']}, expected matchLabels {selector} (immutable)")
+    for svc in of_kind(docs, "Service"):
+        if svc["spec"].get("selector") != selector:
+            errors.append(f"Service {svc['metadata']['name']}: selector {svc['spec'].get('selector')}, expected {selector}")
+    return errors
+
+
 def check(name, docs):
+    errors = _check(name, docs)
+    if name.startswith("chart:"):
+        try:
+            errors += check_chart_labels(docs, app_version="0.1.0-rc1" if name in ("chart:custom", "chart:digest") else None)
+        except (AssertionError, KeyError, IndexError, TypeError, ValueError) as e:
+            errors.append(f"unexpected shape: {type(e).__name__}: {e}")
+    return errors
+
+
+def _check(name, docs):
     v = version()
     image = f"{IMAGE_NAME}:{v}"
     try:
@@ -337,6 +370,12 @@ def check(name, docs):
             return (check_installer(installer(docs), mode="install", bin_dir="/opt/cni/bin", image=image,
                                     namespace="roce-ipvlan", metrics_port=9801)
                     + check_metrics(docs, "roce-ipvlan", port=9801, monitor=True, dashboard=True))
+        if name == "chart:digest":
+            # Pulled by digest, the tag kept (docs/deploy.md#helm).
+            digest = "sha256:" + "0123456789abcdef" * 4
+            return check_installer(installer(docs), mode="install", bin_dir="/opt/cni/bin",
+                                   image=f"registry.example.com/roce-ipvlan:0.1.0-rc1@{digest}",
+                                   namespace="roce-ipvlan")
         if name == "chart:custom":
             ds = installer(docs)
             spec = ds["spec"]["template"]["spec"]

@@ -1,12 +1,19 @@
+{{/* Every object's metadata labels (and the pod template's). Never a selector: the
+     DaemonSet's and the Service's select by name and component alone (daemonset.yaml). */}}
 {{- define "roce-ipvlan.labels" -}}
 app.kubernetes.io/name: roce-ipvlan
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | trunc 63 | trimAll "-._" | quote }}
 app.kubernetes.io/part-of: roce-ipvlan
 app.kubernetes.io/managed-by: {{ .Release.Service }}
-helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 
+{{/* The installer's image: repository:tag, or repository:tag@digest with image.digest (the
+     runtime pulls by the digest; the tag stays for the reader and for the version label). */}}
 {{- define "roce-ipvlan.image" -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- with .Values.image.digest }}@{{ . }}{{ end }}
 {{- end -}}
 
 {{/* The installer's namespace. */}}
