@@ -290,10 +290,35 @@ def check_chart_labels(docs, *, release="roce-ipvlan", app_version=None):
     return errors
 
 
+def check_test_hook(docs):
+    """`helm test` (templates/tests/ready.yaml): one test Pod that asks the installer's readiness
+    question as its probe does, with the same image, binDir and node choice."""
+    tests = [d for d in of_kind(docs, "Pod") if (d["metadata"].get("annotations") or {}).get("helm.sh/hook") == "test"]
+    if len(tests) != 1:
+        return [f"expected one helm test Pod, found {len(tests)}"]
+    pod, ds = tests[0], installer(docs)
+    spec, ds_spec = pod["spec"], ds["spec"]["template"]["spec"]
+    c, install = spec["containers"][0], ds_spec["containers"][0]
+    errors = []
+    expect = lambda what, got, want: errors.append(f"test Pod {what}: {got!r}, expected {want!r}") if got != want else None
+    expect("command", c["command"], install["readinessProbe"]["exec"]["command"])
+    expect("image", c["image"], install["image"])
+    expect("namespace", pod["metadata"].get("namespace"), ds["metadata"].get("namespace"))
+    for key in ("nodeSelector", "tolerations", "hostNetwork", "serviceAccountName", "automountServiceAccountToken"):
+        expect(key, spec.get(key), ds_spec.get(key))
+    expect("restartPolicy", spec.get("restartPolicy"), "Never")
+    host = lambda s: [v["hostPath"]["path"] for v in s["volumes"] if v["name"] == "cni-bin"]
+    expect("cni-bin hostPath", host(spec), host(ds_spec))
+    expect("hostPath volumes", [v["name"] for v in spec["volumes"] if "hostPath" in v], ["cni-bin"])
+    expect("mounts", c["volumeMounts"], [{"name": "cni-bin", "mountPath": INSTALL_DIR, "readOnly": True}])
+    return errors
+
+
 def check(name, docs):
     errors = _check(name, docs)
     if name.startswith("chart:"):
         try:
+            errors += check_test_hook(docs)
             errors += check_chart_labels(docs, app_version="0.1.0-rc1" if name in ("chart:custom", "chart:digest") else None)
         except (AssertionError, KeyError, IndexError, TypeError, ValueError) as e:
             errors.append(f"unexpected shape: {type(e).__name__}: {e}")
