@@ -15,10 +15,13 @@
 #   4. `roce-ipvlan validate --strict` over all files as one set: every roce-ipvlan
 #      configuration passes the plugin's own checks, and every workload's attachments match its
 #      RDMA resources and the NicClusterPolicies' offers; warnings fail;
-#   5. (default file set only) the Helm chart charts/roce-ipvlan: `helm lint --strict` and
+#   5. (default file set only) the Helm chart charts/roce-ipvlan: its README.md is what
+#      tools/chart-readme.py generates from values.yaml and values.schema.json, and the two list
+#      the same keys; `helm lint --strict` (values.schema.json included) and
 #      rendered with its default values and each tests/helm-values/*.yaml, by Helm v4 as a
-#      library (helm-python-sdk, offline); each rendering passes 1-4 as a set of its own, and
-#      a values file with an "# expect-fail:" line must be refused with that message;
+#      library (helm-python-sdk, offline); each rendering (the `helm test` Pod included)
+#      passes 1-4 as a set of its own, and a values file with an "# expect-fail:" line must be
+#      refused (by a template's fail or by the schema) with that message;
 #   (2, 5) each kustomize build and each chart rendering holds what its kustomization or values
 #      say (tests/manifest-expectations.py: tolerations, image, probes, mode, paths, NADs'
 #      namespace and pools, the namespace's Pod Security label);
@@ -216,6 +219,11 @@ echo "== roce-ipvlan validate --strict"
 "$bin" validate --strict "${files[@]}" >/dev/null || { echo "validate-manifests: roce-ipvlan validate failed" >&2; exit 1; }
 
 if ((${#fixtures[@]} > 0)); then
+	echo "== Helm chart charts/roce-ipvlan: README.md and values.schema.json against values.yaml"
+	python3 tools/chart-readme.py --check ||
+		{ echo "validate-manifests: charts/roce-ipvlan/README.md or values.schema.json out of step with values.yaml" >&2; exit 1; }
+	echo "ok    charts/roce-ipvlan/README.md is tools/chart-readme.py's output; the schema lists every value"
+
 	echo "== Helm chart charts/roce-ipvlan: lint (strict), then each rendering as its own set"
 	rendered=$(mktemp -d)
 	trap 'rm -rf "$templates" "$rendered"' EXIT

@@ -1,0 +1,187 @@
+#!/usr/bin/env python3
+"""charts/roce-ipvlan/README.md from the chart itself: Chart.yaml's name, version and
+description, and a table of every value with its type (values.schema.json), its default and its
+description (the comment right above the key in values.yaml). Standard library only: values.yaml
+is read as the plain block YAML it is written in (one key per line, two-space indents); a line
+this reader does not understand fails the run rather than leaving a value out.
+
+  tools/chart-readme.py            rewrite the README
+  tools/chart-readme.py --check    exit 1 when the README is stale, or when values.yaml and
+                                   values.schema.json do not list the same keys
+                                   (tests/validate-manifests.sh runs this)
+"""
+import json
+import re
+import sys
+from pathlib import Path
+
+CHART = Path(__file__).resolve().parent.parent / "charts" / "roce-ipvlan"
+KEY = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z0-9_.\-/\"]+):(?: (?P<value>.*))?$")
+
+
+def chart_field(text, field):
+    m = re.search(rf"^{field}: *(.*)$", text, re.M)
+    return m.group(1).strip().strip('"') if m else ""
+
+
+def parse_values(text, schema):
+    """[{path, value, block, description, line}] for every key, in file order. A key's default
+    is its inline value, or for a block that the schema gives no properties (a list, a free-form
+    map) its lines joined; a key whose children are values of their own has none. The
+    description is the comment block directly above the key (no blank line between); a comment
+    block followed by a blank line is a note on the section and belongs to no key."""
+    entries, stack, comment = [], [], []
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        stripped = line.strip()
+        if not stripped:
+            comment = []
+        elif stripped.startswith("#"):
+            comment.append(stripped.lstrip("#").strip())
+        else:
+            m = KEY.match(line)
+            if not m or len(m.group("indent")) % 2:
+                sys.exit(f"chart-readme: values.yaml line {i + 1} is not `key: value` at a two-space indent: {line!r}")
+            depth = len(m.group("indent")) // 2
+            if depth > len(stack):
+                sys.exit(f"chart-readme: values.yaml line {i + 1}: indented under no key")
+            stack[depth:] = [m.group("key").strip('"')]
+            value = (m.group("value") or "").strip()
+            block = []
+            if not value:
+                # Its block: the more-indented lines that follow.
+                j = i + 1
+                while j < len(lines) and (not lines[j].strip() or
+                                          len(lines[j]) - len(lines[j].lstrip()) > len(m.group("indent"))):
+                    if lines[j].strip() and not lines[j].strip().startswith("#"):
+                        block.append((j, lines[j]))
+                    j += 1
+            path = ".".join(stack)
+            entries.append({"path": path, "value": value, "block": block,
+                            "description": " ".join(comment), "line": i + 1})
+            comment = []
+            node = schema_at(schema, path)
+            if block and node is not None and "properties" not in node:
+                i = block[-1][0]  # a list or free-form map: one value, one row
+            else:
+                entries[-1]["block"] = []
+        i += 1
+    return entries
+
+
+def resolve(node, root):
+    """The schema node, with a local $ref ("#/definitions/x") followed."""
+    while "$ref" in node:
+        target = root
+        for part in node["$ref"].lstrip("#/").split("/"):
+            target = target[part]
+        node = target
+    return node
+
+
+def schema_at(root, path):
+    """The schema of the value at path (a.b.c), or None when the schema does not list it."""
+    node = resolve(root, root)
+    for key in path.split("."):
+        props = node.get("properties", {})
+        if key in props:
+            node = resolve(props[key], root)
+        elif isinstance(node.get("additionalProperties"), dict):
+            node = resolve(node["additionalProperties"], root)
+        else:
+            return None
+    return node
+
+
+def schema_paths(root, node=None, prefix=""):
+    """Every key the schema lists by name (not those of free-form maps)."""
+    node = resolve(root if node is None else node, root)
+    for key, sub in node.get("properties", {}).items():
+        path = f"{prefix}{key}"
+        yield path
+        yield from schema_paths(root, sub, path + ".")
+
+
+def type_of(node):
+    if "enum" in node:
+        return " \\| ".join(f"`{json.dumps(v)}`" for v in node["enum"])
+    if "anyOf" in node:
+        return "string"
+    t = node.get("type", "")
+    return " or ".join(t) if isinstance(t, list) else t
+
+
+def cell(text):
+    return text.replace("|", "\\|")
+
+
+def render(chart_yaml, entries, schema):
+    name = chart_field(chart_yaml, "name")
+    out = [
+        f"# {name}",
+        "",
+        "<!-- Generated by tools/chart-readme.py from Chart.yaml, values.yaml and values.schema.json:",
+        "     edit those and run it; tests/validate-manifests.sh fails when this file is stale. -->",
+        "",
+        f"{chart_field(chart_yaml, 'description')}.",
+        "",
+        f"Chart version {chart_field(chart_yaml, 'version')}, app version "
+        f"{chart_field(chart_yaml, 'appVersion')}; Kubernetes {chart_field(chart_yaml, 'kubeVersion')}. "
+        "No image is published: build and push your own and set `image.repository` "
+        "([docs/deploy.md](../../docs/deploy.md#the-image)).",
+        "",
+        "```sh",
+        "kubectl create namespace roce-ipvlan",
+        "kubectl label namespace roce-ipvlan pod-security.kubernetes.io/enforce=privileged",
+        f"helm install {name} charts/{name} -n roce-ipvlan --set image.repository=registry.example.com/roce-ipvlan",
+        f"helm test {name} -n roce-ipvlan   # the installer's `ready` answer on one selected node",
+        "```",
+        "",
+        "Installing, upgrading, uninstalling and what each value does in more words: "
+        "[docs/deploy.md](../../docs/deploy.md#helm). The values are checked against "
+        "`values.schema.json`: a misspelt key is refused, not ignored.",
+        "",
+        "## Values",
+        "",
+        "| Key | Type | Default | Description |",
+        "|-----|------|---------|-------------|",
+    ]
+    for e in entries:
+        node = schema_at(schema, e["path"]) or {}
+        if e["block"]:
+            default = "`" + " ".join(l.strip() for _, l in e["block"]) + "`"
+        else:
+            default = f"`{e['value']}`" if e["value"] else ""
+        out.append(f"| `{e['path']}` | {type_of(node)} | {cell(default)} | {cell(e['description'])} |")
+    return "\n".join(out) + "\n"
+
+
+def main():
+    check = sys.argv[1:] == ["--check"]
+    if sys.argv[1:] not in ([], ["--check"]):
+        sys.exit(__doc__)
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    entries = parse_values((CHART / "values.yaml").read_text(), schema)
+    bad = 0
+    # The schema and values.yaml list the same keys (free-form maps' keys aside): a key without
+    # a schema would be refused by additionalProperties, one without a default undocumented.
+    in_values = {e["path"] for e in entries}
+    for path in sorted(set(schema_paths(schema)) - in_values - {"global"}):
+        print(f"chart-readme: values.schema.json lists {path}, values.yaml has no such key"); bad += 1
+    for e in entries:
+        if schema_at(schema, e["path"]) is None:
+            print(f"chart-readme: values.yaml line {e['line']}: {e['path']} is not in values.schema.json"); bad += 1
+    text = render((CHART / "Chart.yaml").read_text(), entries, schema)
+    readme = CHART / "README.md"
+    if check:
+        if not readme.exists() or readme.read_text() != text:
+            print(f"chart-readme: {readme.relative_to(CHART.parent.parent)} is stale: run tools/chart-readme.py"); bad += 1
+    elif not bad:
+        readme.write_text(text)
+    sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()
