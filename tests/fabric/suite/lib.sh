@@ -210,7 +210,7 @@ bw_all_rails() {
 		wait "${srv[i]}" || rc=$?
 		((rc == 0)) || fail "$tool server on rail $i (host b) exited $rc: $(tail -n 6 "/tmp/bw-srv-$i.log" | tr '\n' ' ')"
 		grep -qE "^ *$BW_SIZE +$BW_ITERS " "/tmp/bw-cli-$i.log" || fail "no result line from $tool on rail $i: $(cat "/tmp/bw-cli-$i.log")"
-		note "rail $i: $(grep -E "^ *$BW_SIZE +$BW_ITERS " "/tmp/bw-cli-$i.log" | awk '{print $4 " MB/s peak, " $5 " MB/s average"}')"
+		note "rail $i: $(grep -E "^ *$BW_SIZE +$BW_ITERS " "/tmp/bw-cli-$i.log" | awk '{print $3 " MB/s peak, " $4 " MB/s average"}')"
 	done
 	read -r -a a1 <<<"$(rail_bytes a tx)"
 	read -r -a b1 <<<"$(rail_bytes b rx)"
