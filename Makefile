@@ -54,7 +54,10 @@
 #   make demo-traffic  one ib_write_bw between a pod on host a and one on host b over rail rdma0
 #                  (two VMs, tests/fabric/demo.sh)
 #   make bench     static build (make static), then roce-ipvlan vs the ipvlan+tuning+sbr chain in a 16-rail VM;
-#                  rewrites docs/benchmarks.md and docs/bench/ (bench/run.sh); not part of `make test`
+#                  then the fabric section (two hosts: RDMA bandwidth from a pod's child against the
+#                  host's own rail over the wire, bench/fabric.sh); rewrites docs/benchmarks.md and
+#                  docs/bench/ (bench/run.sh); not part of `make test`
+#   make bench-fabric  the fabric section alone, spliced into docs/benchmarks.md
 #   make deps      apt-get install what is missing from tests/vm/packages.txt (needs root)
 #   make fuzz      cargo fuzz over config/prevResult parsing and the name validators,
 #                  FUZZ_SECONDS (default 600) per target; not part of `make test` (docs/fuzzing.md)
@@ -280,9 +283,11 @@ demo-k8s: deps
 demo-traffic: deps build
 	tests/fabric/run.sh tests/fabric/demo.sh
 
-.PHONY: bench
+.PHONY: bench bench-fabric
 bench:
 	bench/run.sh
+bench-fabric:
+	bench/run.sh --fabric-only
 
 deps:
 	@missing=$$(for p in $(PACKAGES); do \

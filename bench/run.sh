@@ -5,7 +5,13 @@
 # (tests/vm/run.sh) with bench/guest.py, keeps the raw numbers in docs/bench/ and regenerates
 # docs/benchmarks.md (bench/report.py).
 #
-# Environment: BENCH_* sizes (see bench/guest.py; defaults are the published ones),
+#   bench/run.sh                 the 16-rail VM bench, then the fabric section
+#   bench/run.sh --fabric-only   the fabric section alone (make bench-fabric): two VMs of
+#                                tests/fabric, a pod's child against the host's own rail over
+#                                the wire (bench/fabric.sh), spliced into docs/benchmarks.md
+#
+# Environment: BENCH_FABRIC=0 leaves the fabric section out; BENCH_FABRIC_ROUNDS (5),
+# BENCH_FABRIC_SIZE (65536), BENCH_FABRIC_ITERS (1000) size it. BENCH_* sizes (see bench/guest.py; defaults are the published ones),
 # BENCH_RAILS (16), BENCH_OUT (docs/bench), BENCH_DOC (docs/benchmarks.md), BENCH_BEFORE_REV
 # (49f5276: the commit whose `dad: wait` the IPv6 section's "before" row and the phase table's
 # "before" column measure; "none" skips them).
@@ -18,6 +24,8 @@ doc=${BENCH_DOC:-$repo/docs/benchmarks.md}
 nrails=${BENCH_RAILS:-16}
 mkdir -p "$out"
 
+fabric_only=0
+[[ ${1:-} == --fabric-only ]] && fabric_only=1
 start=$(date +%s)
 # BENCH_BIN: measure this binary instead of building the tree's (it must live outside /tmp,
 # /run and /var/tmp, which are fresh tmpfs inside the VM); BENCH_BIN_NOTE says what it is.
@@ -40,6 +48,7 @@ fi
 # its own target directory under target/ (outside /tmp, so the VM sees it), trials interleaved
 # with the current binary's in the same run.
 before_rev=${BENCH_BEFORE_REV:-49f5276}
+((fabric_only)) && before_rev=none
 before_bin=
 if [[ $before_rev != none ]]; then
 	bdir=$repo/target/bench-before
@@ -64,6 +73,25 @@ if [[ $before_rev != none ]]; then
 	fi
 fi
 
+# fabric: bench/fabric.sh on tests/fabric's two hosts with this binary; its numbers in
+# $out/fabric.json, its section spliced into the page (bench/fabric_report.py).
+fabric() {
+	local flog
+	flog=$(mktemp "${TMPDIR:-/tmp}/roce-bench-fabric.XXXXXX")
+	FABRIC_LAYOUT=flat VM_RDMA=ofed ROCE_IPVLAN_BIN=$bin tests/fabric/run.sh "$here/fabric.sh" \
+		"${BENCH_FABRIC_ROUNDS:-5}" "${BENCH_FABRIC_SIZE:-65536}" "${BENCH_FABRIC_ITERS:-1000}" | tee "$flog"
+	grep '^@@FABRIC-BENCH-JSON ' "$flog" | tail -n 1 | cut -d' ' -f2- >"$out/fabric.json.new"
+	rm -f "$flog"
+	[[ -s $out/fabric.json.new ]] || { rm -f "$out/fabric.json.new"; echo "bench: the fabric printed no results" >&2; exit 1; }
+	mv "$out/fabric.json.new" "$out/fabric.json"
+	python3 "$here/fabric_report.py" --json "$out/fabric.json" --doc "$doc"
+}
+if ((fabric_only)); then
+	fabric
+	echo "bench: wrote the fabric section of $doc and $out/fabric.json in $(($(date +%s) - start)) s"
+	exit 0
+fi
+
 others=$(pgrep -c qemu-system || true)
 rails=$(for ((i = 0; i < nrails; i++)); do printf 'rdma%d ' "$i"; done)
 log=$(mktemp "${TMPDIR:-/tmp}/roce-bench.XXXXXX")
@@ -82,4 +110,10 @@ python3 "$here/report.py" --raw "$out/raw.json" --out "$out" --doc "$doc" \
 	--plugin "$bin" --go-plugins /usr/lib/cni --qemu "$(qemu-system-x86_64 --version | head -n1)" \
 	--host-cpu "$(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -n1)" --host-cpus "$(nproc)" \
 	--other-qemu "$others" --other-qemu-end "$(pgrep -c qemu-system || true)" --runtime "$(($(date +%s) - start))"
+if [[ ${BENCH_FABRIC:-1} != 0 ]]; then
+	fabric
+elif [[ -s $out/fabric.json ]]; then
+	# The page was written anew: keep the last fabric figures on it, marked by their own file.
+	python3 "$here/fabric_report.py" --json "$out/fabric.json" --doc "$doc"
+fi
 echo "bench: wrote $doc and $out/ in $(($(date +%s) - start)) s"
