@@ -139,7 +139,7 @@ impl<'a> Ipam<'a> {
     fn call(&self, command: &str, prev: Option<&CniResult>, deadline: Deadline) -> Result<Value> {
         match self.exec(command, &self.conf.cni_version, prev, deadline) {
             Err(e) if Ipam::failed_with(&e, 1) => {
-                let version = self.negotiate(deadline)?;
+                let version = self.negotiate(command, deadline)?;
                 tracing::debug!(
                     ipam = self.kind,
                     version,
@@ -164,20 +164,25 @@ impl<'a> Ipam<'a> {
             .unwrap_or_default())
     }
 
-    /// The highest version both this plugin and the IPAM plugin support.
-    fn negotiate(&self, deadline: Deadline) -> Result<String> {
+    /// The highest version both this plugin and the IPAM plugin support that has `command`:
+    /// an IPAM plugin that stops at 0.3.1 is asked ADD and DEL in 0.3.1, but has no CHECK.
+    fn negotiate(&self, command: &str, deadline: Deadline) -> Result<String> {
         let theirs = self.supported_versions(deadline)?;
-        cni::SUPPORTED_VERSIONS
+        let ours: Vec<&str> = cni::SUPPORTED_VERSIONS
             .iter()
+            .copied()
+            .filter(|v| cni::has_command(v, command))
+            .collect();
+        ours.iter()
             .rev()
             .find(|v| theirs.iter().any(|t| t == *v))
             .map(|v| v.to_string())
             .ok_or_else(|| {
                 Error::ipam(format!(
                     "IPAM plugin {} supports cniVersion {theirs:?}, none of which this plugin \
-                     speaks ({}): upgrade the IPAM plugin",
+                     speaks with {command} ({}): upgrade the IPAM plugin",
                     self.kind,
-                    cni::SUPPORTED_VERSIONS.join(", ")
+                    ours.join(", ")
                 ))
             })
     }

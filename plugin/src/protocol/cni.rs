@@ -37,23 +37,41 @@ pub enum Command {
     Gc,
 }
 
+/// The first version with CHECK (and with `prevResult` at DEL: before it, DEL gets none).
+pub const CHECK_VERSION: &str = "0.4.0";
+
 /// The first version with STATUS and GC.
 pub const STATUS_GC_VERSION: &str = "1.1.0";
 
-/// STATUS and GC exist from CNI 1.1.0 on; for an older configuration the spec's libraries
-/// answer "incompatible version" (code 1), and so does this plugin.
-pub(crate) fn require_status_gc(version: &str, command: &str) -> Result<()> {
-    let index = |v: &str| SUPPORTED_VERSIONS.iter().position(|s| *s == v);
-    if index(version) < index(STATUS_GC_VERSION) {
-        return Err(Error::IncompatibleVersion {
-            found: version.to_string(),
-            supported: format!(
-                "{command} only with cniVersion {} or later",
-                STATUS_GC_VERSION
-            ),
-        });
+/// The first version that has `command` (as CNI_COMMAND spells it).
+fn first_version_with(command: &str) -> &'static str {
+    match command {
+        "CHECK" => CHECK_VERSION,
+        "STATUS" | "GC" => STATUS_GC_VERSION,
+        _ => SUPPORTED_VERSIONS[0],
     }
-    Ok(())
+}
+
+/// Whether `version`, one of ours, has `command`; an unknown version has none.
+pub(crate) fn has_command(version: &str, command: &str) -> bool {
+    let index = |v: &str| SUPPORTED_VERSIONS.iter().position(|s| *s == v);
+    index(version).is_some_and(|i| Some(i) >= index(first_version_with(command)))
+}
+
+/// A command newer than the configuration's cniVersion (CHECK before 0.4.0, STATUS and GC
+/// before 1.1.0): the spec's libraries answer "incompatible version" (code 1), and so does this
+/// plugin.
+pub(crate) fn require_command(version: &str, command: &str) -> Result<()> {
+    if has_command(version, command) {
+        return Ok(());
+    }
+    Err(Error::IncompatibleVersion {
+        found: version.to_string(),
+        supported: format!(
+            "{command} only with cniVersion {} or later",
+            first_version_with(command)
+        ),
+    })
 }
 
 /// The CNI_* environment, checked for what each command needs.
@@ -434,11 +452,15 @@ mod tests {
     #[test]
     fn status_and_gc_only_from_1_1_0() {
         for v in ["0.4.0", "1.0.0"] {
-            let err = require_status_gc(v, "STATUS").unwrap_err();
+            let err = require_command(v, "STATUS").unwrap_err();
             assert_eq!(err.code(), 1, "{err}");
             assert!(err.to_string().contains("1.1.0"), "{err}");
         }
-        require_status_gc("1.1.0", "GC").unwrap();
+        require_command("1.1.0", "GC").unwrap();
+        assert!(
+            !has_command("2.0.0", "GC"),
+            "an unknown version has no command"
+        );
     }
 
     fn env(vars: &[(&str, &str)]) -> Result<Env> {
