@@ -709,6 +709,34 @@ mod tests {
         });
     }
 
+    /// An IPAM plugin that stops at 0.3.1 (it answers code 1 in any newer version): ADD is
+    /// retried in 0.3.1 and its result, with "version" in each ip, is read; CHECK, which 0.3.1
+    /// does not have, is not sent to it at all.
+    #[test]
+    fn an_ipam_plugin_that_stops_at_0_3_1_gets_add_but_no_check() {
+        let script = r#"in=$(cat)
+if [ "$CNI_COMMAND" = VERSION ]; then
+  echo '{"cniVersion":"0.3.1","supportedVersions":["0.1.0","0.2.0","0.3.0","0.3.1"]}'; exit 0
+fi
+case "$in" in *'"cniVersion":"0.3.1"'*) ;; *) echo '{"code":1,"msg":"incompatible CNI versions"}'; exit 1;; esac
+echo "$CNI_COMMAND" >>"$(dirname "$0")/calls"
+echo '{"cniVersion":"0.3.1","ips":[{"version":"4","address":"10.0.0.2/24","gateway":"10.0.0.1"}]}'"#;
+        with_script(script, serde_json::json!({}), |ipam, dir| {
+            let result = ipam.add(share(60_000)).unwrap();
+            assert_eq!(result.ips[0].address.to_string(), "10.0.0.2/24");
+            let err = ipam.check(&result).unwrap_err();
+            assert_eq!(err.code(), 103);
+            assert!(
+                err.to_string()
+                    .contains("none of which this plugin speaks with CHECK (0.4.0, 1.0.0, 1.1.0)"),
+                "{err}"
+            );
+            ipam.del(Some(&result)).unwrap();
+            let calls = std::fs::read_to_string(dir.join("calls")).unwrap();
+            assert_eq!(calls, "ADD\nDEL\n");
+        });
+    }
+
     #[test]
     fn binaries_are_found_only_when_executable() {
         use std::os::unix::fs::PermissionsExt;
