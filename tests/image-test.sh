@@ -86,7 +86,7 @@ expect_eq "the old file, through its hard link (replaced by rename, not rewritte
 	'old plugin' "$(cat "$work/old-link")"
 expect_eq mode 755 "$(stat -c %a "$host/roce-ipvlan")"
 expect_eq "files in the host directory" 'roce-ipvlan ' "$(cd "$host" && find . -mindepth 1 -printf '%P ')"
-expect_eq "CNI VERSION" '{"cniVersion":"1.1.0","supportedVersions":["0.4.0","1.0.0","1.1.0"]}' \
+expect_eq "CNI VERSION" '{"cniVersion":"1.1.0","supportedVersions":["0.3.0","0.3.1","0.4.0","1.0.0","1.1.0"]}' \
 	"$(env -i CNI_COMMAND=VERSION "${runner[@]}" "$host/roce-ipvlan" </dev/null)"
 inode=$(stat -c %i "$host/roce-ipvlan")
 out=$("${runner[@]}" "$work/rootfs/roce-ipvlan" install --to "$host" 2>&1) || fail "second install failed: $out"

@@ -108,12 +108,19 @@ fn assert_error(doc: &Value, code: u64, needle: &str) {
     );
 }
 
+/// Every cniVersion the plugin speaks, oldest first.
+const ALL_VERSIONS: [&str; 5] = ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
+
 #[test]
 fn version_lists_supported_versions() {
     let (code, doc) = run(&[("CNI_COMMAND", "VERSION")], r#"{"cniVersion":"1.0.0"}"#);
     assert_eq!(code, 0);
     assert_eq!(doc["cniVersion"], "1.0.0");
-    assert_eq!(doc["supportedVersions"], json!(["0.4.0", "1.0.0", "1.1.0"]));
+    assert_eq!(doc["supportedVersions"], json!(ALL_VERSIONS));
+    // The Network Operator renders NADs in 0.3.1 (issue #37).
+    let (code, doc) = run(&[("CNI_COMMAND", "VERSION")], r#"{"cniVersion":"0.3.1"}"#);
+    assert_eq!(code, 0);
+    assert_eq!(doc["cniVersion"], "0.3.1");
     let (code, doc) = run(&[("CNI_COMMAND", "VERSION")], "");
     assert_eq!(code, 0);
     assert_eq!(doc["cniVersion"], "1.1.0");
@@ -125,14 +132,14 @@ fn version_lists_supported_versions() {
 fn version_answers_any_requested_version() {
     for stdin in [
         r#"{"cniVersion":"1.2.0"}"#,
-        r#"{"cniVersion":"0.3.1"}"#,
+        r#"{"cniVersion":"0.2.0"}"#,
         r#"{"cniVersion":7}"#,
         "not json",
     ] {
         let (code, doc) = run(&[("CNI_COMMAND", "VERSION")], stdin);
         assert_eq!(code, 0, "{stdin}: {doc}");
         assert_eq!(doc["cniVersion"], "1.1.0", "{stdin}");
-        assert_eq!(doc["supportedVersions"], json!(["0.4.0", "1.0.0", "1.1.0"]));
+        assert_eq!(doc["supportedVersions"], json!(ALL_VERSIONS));
     }
 }
 
@@ -145,12 +152,80 @@ fn invalid_json_is_code_6() {
 
 #[test]
 fn unsupported_version_is_code_1() {
+    for version in ["0.1.0", "0.2.0"] {
+        let mut c = conf();
+        c["cniVersion"] = json!(version);
+        let (code, doc) = run(&add_env(NEVER_OPENED), &c.to_string());
+        assert_eq!(code, 1);
+        assert_error(&doc, 1, version);
+        assert_eq!(doc["cniVersion"], version);
+    }
+}
+
+/// A 0.3.x configuration goes through ADD like any other (here as far as the missing rail, 100,
+/// which comes after the configuration and the namespace are accepted); CHECK, which 0.3.x does
+/// not have, is refused with code 1 as libcni's skel refuses it, whatever else the request
+/// holds; STATUS and GC too.
+#[test]
+fn version_0_3_x_is_accepted_without_check() {
+    let pod = PodNetns::new();
+    for version in ["0.3.0", "0.3.1"] {
+        let mut c = conf();
+        c["cniVersion"] = json!(version);
+        let (code, doc) = run(&add_env(&pod.path), &c.to_string());
+        assert_eq!(code, 1);
+        assert_error(&doc, 100, "no-such-rail0");
+        assert_eq!(doc["cniVersion"], version);
+
+        let mut env = add_env(NEVER_OPENED);
+        env[0] = ("CNI_COMMAND", "CHECK");
+        c["prevResult"] = json!({"cniVersion": version, "ips": []});
+        let (code, doc) = run(&env, &c.to_string());
+        assert_eq!(code, 1);
+        assert_error(&doc, 1, "CHECK only with cniVersion 0.4.0 or later");
+        assert_eq!(doc["cniVersion"], version);
+
+        let (_dir, path, log) = recording_ipam();
+        c["ipam"] = json!({"type": "rec-ipam"});
+        for command in ["STATUS", "GC"] {
+            let env = [("CNI_COMMAND", command), ("CNI_PATH", path.as_str())];
+            let (code, doc) = run(&env, &c.to_string());
+            assert_eq!(code, 1, "{command}");
+            assert_error(&doc, 1, "only with cniVersion 1.1.0 or later");
+        }
+        let calls = std::fs::read_to_string(&log).unwrap_or_default();
+        assert!(calls.is_empty(), "IPAM was called: {calls:?}");
+    }
+}
+
+/// DEL in 0.3.1 comes without prevResult (it arrived in 0.4.0 for DEL): it needs none, and
+/// IPAM DEL is asked in 0.3.1, as the runtime asked.
+#[test]
+fn del_in_0_3_1_needs_no_prev_result() {
+    let (_dir, path, log) = recording_ipam();
     let mut c = conf();
     c["cniVersion"] = json!("0.3.1");
-    let (code, doc) = run(&add_env(NEVER_OPENED), &c.to_string());
-    assert_eq!(code, 1);
-    assert_error(&doc, 1, "0.3.1");
-    assert_eq!(doc["cniVersion"], "0.3.1");
+    c["ipam"] = json!({"type": "rec-ipam", "subnet": "10.9.0.0/16"});
+    let pod = PodNetns::new();
+    let env = [
+        ("CNI_COMMAND", "DEL"),
+        ("CNI_CONTAINERID", "contract"),
+        ("CNI_NETNS", pod.path.as_str()),
+        ("CNI_IFNAME", "net1"),
+        ("CNI_PATH", path.as_str()),
+    ];
+    let (code, out, err) = run_raw(&env, &c.to_string());
+    assert_eq!(code, 0, "DEL failed: {out} {err}");
+    assert!(out.trim().is_empty(), "DEL printed {out:?}");
+    assert!(!err.contains("not one this release supports"), "{err}");
+    let calls = std::fs::read_to_string(&log).unwrap();
+    let del: Value = calls
+        .lines()
+        .find_map(|l| l.strip_prefix("DEL "))
+        .map(|json| serde_json::from_str(json).unwrap())
+        .unwrap_or_else(|| panic!("IPAM DEL was not called: {calls:?}"));
+    assert_eq!(del["cniVersion"], "0.3.1");
+    assert!(del.get("prevResult").is_none(), "{del}");
 }
 
 #[test]
@@ -386,7 +461,7 @@ fn secrets_in_the_configuration_are_never_logged() {
 }
 
 /// A fake IPAM plugin in a temporary CNI_PATH that appends "COMMAND" and its stdin to a log
-/// and answers VERSION with 0.4.0..1.1.0.
+/// and answers VERSION with 0.3.0..1.1.0.
 fn recording_ipam() -> (tempfile::TempDir, String, std::path::PathBuf) {
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
@@ -396,7 +471,7 @@ fn recording_ipam() -> (tempfile::TempDir, String, std::path::PathBuf) {
         &ipam,
         format!(
             "#!/bin/sh\nin=$(cat)\necho \"$CNI_COMMAND $in\" >>{}\n\
-             [ \"$CNI_COMMAND\" = VERSION ] && echo '{{\"cniVersion\":\"1.1.0\",\"supportedVersions\":[\"0.4.0\",\"1.0.0\",\"1.1.0\"]}}'\nexit 0\n",
+             [ \"$CNI_COMMAND\" = VERSION ] && echo '{{\"cniVersion\":\"1.1.0\",\"supportedVersions\":[\"0.3.0\",\"0.3.1\",\"0.4.0\",\"1.0.0\",\"1.1.0\"]}}'\nexit 0\n",
             log.display()
         ),
     )

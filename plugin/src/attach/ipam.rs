@@ -139,7 +139,7 @@ impl<'a> Ipam<'a> {
     fn call(&self, command: &str, prev: Option<&CniResult>, deadline: Deadline) -> Result<Value> {
         match self.exec(command, &self.conf.cni_version, prev, deadline) {
             Err(e) if Ipam::failed_with(&e, 1) => {
-                let version = self.negotiate(deadline)?;
+                let version = self.negotiate(command, deadline)?;
                 tracing::debug!(
                     ipam = self.kind,
                     version,
@@ -164,20 +164,25 @@ impl<'a> Ipam<'a> {
             .unwrap_or_default())
     }
 
-    /// The highest version both this plugin and the IPAM plugin support.
-    fn negotiate(&self, deadline: Deadline) -> Result<String> {
+    /// The highest version both this plugin and the IPAM plugin support that has `command`:
+    /// an IPAM plugin that stops at 0.3.1 is asked ADD and DEL in 0.3.1, but has no CHECK.
+    fn negotiate(&self, command: &str, deadline: Deadline) -> Result<String> {
         let theirs = self.supported_versions(deadline)?;
-        cni::SUPPORTED_VERSIONS
+        let ours: Vec<&str> = cni::SUPPORTED_VERSIONS
             .iter()
+            .copied()
+            .filter(|v| cni::has_command(v, command))
+            .collect();
+        ours.iter()
             .rev()
             .find(|v| theirs.iter().any(|t| t == *v))
             .map(|v| v.to_string())
             .ok_or_else(|| {
                 Error::ipam(format!(
                     "IPAM plugin {} supports cniVersion {theirs:?}, none of which this plugin \
-                     speaks ({}): upgrade the IPAM plugin",
+                     speaks with {command} ({}): upgrade the IPAM plugin",
                     self.kind,
-                    cni::SUPPORTED_VERSIONS.join(", ")
+                    ours.join(", ")
                 ))
             })
     }
@@ -701,6 +706,34 @@ mod tests {
                     .to_string()
             };
             assert_eq!(read("pgid"), read("pid"));
+        });
+    }
+
+    /// An IPAM plugin that stops at 0.3.1 (it answers code 1 in any newer version): ADD is
+    /// retried in 0.3.1 and its result, with "version" in each ip, is read; CHECK, which 0.3.1
+    /// does not have, is not sent to it at all.
+    #[test]
+    fn an_ipam_plugin_that_stops_at_0_3_1_gets_add_but_no_check() {
+        let script = r#"in=$(cat)
+if [ "$CNI_COMMAND" = VERSION ]; then
+  echo '{"cniVersion":"0.3.1","supportedVersions":["0.1.0","0.2.0","0.3.0","0.3.1"]}'; exit 0
+fi
+case "$in" in *'"cniVersion":"0.3.1"'*) ;; *) echo '{"code":1,"msg":"incompatible CNI versions"}'; exit 1;; esac
+echo "$CNI_COMMAND" >>"$(dirname "$0")/calls"
+echo '{"cniVersion":"0.3.1","ips":[{"version":"4","address":"10.0.0.2/24","gateway":"10.0.0.1"}]}'"#;
+        with_script(script, serde_json::json!({}), |ipam, dir| {
+            let result = ipam.add(share(60_000)).unwrap();
+            assert_eq!(result.ips[0].address.to_string(), "10.0.0.2/24");
+            let err = ipam.check(&result).unwrap_err();
+            assert_eq!(err.code(), 103);
+            assert!(
+                err.to_string()
+                    .contains("none of which this plugin speaks with CHECK (0.4.0, 1.0.0, 1.1.0)"),
+                "{err}"
+            );
+            ipam.del(Some(&result)).unwrap();
+            let calls = std::fs::read_to_string(dir.join("calls")).unwrap();
+            assert_eq!(calls, "ADD\nDEL\n");
         });
     }
 

@@ -9,12 +9,13 @@ use crate::kernel::netlink::{InfoKind, IpVlanMode, Link, RouteSocket};
 use crate::kernel::netns::Netns;
 use crate::kernel::rdma::{GidType, Sysfs};
 use crate::kernel::sysctl;
-use crate::protocol::cni::{CniResult, Env, Roce};
+use crate::protocol::cni::{self, CniResult, Env, Roce};
 use crate::protocol::config::NetConf;
 use crate::protocol::error::{Error, Result};
 use crate::protocol::sysctl_keys::Sysctl;
 
 pub fn check(env: &Env, conf: &NetConf) -> Result<()> {
+    cni::require_command(&conf.cni_version, "CHECK")?;
     let prev = conf.prev_result.as_ref().ok_or_else(|| {
         Error::InvalidConfig(
             "CHECK needs \"prevResult\": the runtime must pass the ADD result".into(),

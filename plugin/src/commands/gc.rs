@@ -42,7 +42,7 @@ pub struct Attachment {
 }
 
 pub fn gc(env: &Env, conf: &NetConf) -> Result<()> {
-    cni::require_status_gc(&conf.cni_version, "GC")?;
+    cni::require_command(&conf.cni_version, "GC")?;
     let valid = valid_attachments(&conf.raw)?;
     let keep: Vec<(String, String)> = valid
         .iter()

@@ -27,7 +27,7 @@ use crate::protocol::config::NetConf;
 use crate::protocol::error::{Error, Result};
 
 pub fn status(env: &Env, conf: &NetConf) -> Result<()> {
-    cni::require_status_gc(&conf.cni_version, "STATUS")?;
+    cni::require_command(&conf.cni_version, "STATUS")?;
     if conf.rail.names_a_rail() {
         rail_ready(conf)?;
     } else {

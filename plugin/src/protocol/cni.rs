@@ -10,8 +10,10 @@ use serde_json::{Map, Value};
 
 use crate::protocol::error::{Error, Result};
 
-/// Versions accepted in `cniVersion`, oldest first. 0.4.0 is the oldest with CHECK.
-pub const SUPPORTED_VERSIONS: &[&str] = &["0.4.0", "1.0.0", "1.1.0"];
+/// Versions accepted in `cniVersion`, oldest first. 0.3.x is what the NVIDIA Network Operator
+/// renders into its NADs; 0.4.0 is the oldest with CHECK. 0.1.0 and 0.2.0 results have another
+/// shape (`ip4`, `ip6`) and no interfaces, and are not spoken.
+pub const SUPPORTED_VERSIONS: &[&str] = &["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
 
 pub fn check_version(version: &str) -> Result<()> {
     if SUPPORTED_VERSIONS.contains(&version) {
@@ -37,23 +39,41 @@ pub enum Command {
     Gc,
 }
 
+/// The first version with CHECK (and with `prevResult` at DEL: before it, DEL gets none).
+pub const CHECK_VERSION: &str = "0.4.0";
+
 /// The first version with STATUS and GC.
 pub const STATUS_GC_VERSION: &str = "1.1.0";
 
-/// STATUS and GC exist from CNI 1.1.0 on; for an older configuration the spec's libraries
-/// answer "incompatible version" (code 1), and so does this plugin.
-pub(crate) fn require_status_gc(version: &str, command: &str) -> Result<()> {
-    let index = |v: &str| SUPPORTED_VERSIONS.iter().position(|s| *s == v);
-    if index(version) < index(STATUS_GC_VERSION) {
-        return Err(Error::IncompatibleVersion {
-            found: version.to_string(),
-            supported: format!(
-                "{command} only with cniVersion {} or later",
-                STATUS_GC_VERSION
-            ),
-        });
+/// The first version that has `command` (as CNI_COMMAND spells it).
+fn first_version_with(command: &str) -> &'static str {
+    match command {
+        "CHECK" => CHECK_VERSION,
+        "STATUS" | "GC" => STATUS_GC_VERSION,
+        _ => SUPPORTED_VERSIONS[0],
     }
-    Ok(())
+}
+
+/// Whether `version`, one of ours, has `command`; an unknown version has none.
+pub(crate) fn has_command(version: &str, command: &str) -> bool {
+    let index = |v: &str| SUPPORTED_VERSIONS.iter().position(|s| *s == v);
+    index(version).is_some_and(|i| Some(i) >= index(first_version_with(command)))
+}
+
+/// A command newer than the configuration's cniVersion (CHECK before 0.4.0, STATUS and GC
+/// before 1.1.0): the spec's libraries answer "incompatible version" (code 1), and so does this
+/// plugin.
+pub(crate) fn require_command(version: &str, command: &str) -> Result<()> {
+    if has_command(version, command) {
+        return Ok(());
+    }
+    Err(Error::IncompatibleVersion {
+        found: version.to_string(),
+        supported: format!(
+            "{command} only with cniVersion {} or later",
+            first_version_with(command)
+        ),
+    })
 }
 
 /// The CNI_* environment, checked for what each command needs.
@@ -308,7 +328,8 @@ impl Roce {
 }
 
 impl CniResult {
-    /// Parses a result in any supported version (0.4.0 ips carry a "version" field, ignored here).
+    /// Parses a result in any supported version (0.3.x and 0.4.0 ips carry a "version" field,
+    /// ignored here).
     pub fn parse(value: &Value) -> Result<CniResult, String> {
         serde_json::from_value(value.clone()).map_err(|e| e.to_string())
     }
@@ -341,7 +362,7 @@ impl CniResult {
             .iter()
             .map(|ip| {
                 let mut o = Map::new();
-                if version == "0.4.0" {
+                if ips_carry_version(version) {
                     let v = if ip.address.is_ipv4() { "4" } else { "6" };
                     o.insert("version".into(), v.into());
                 }
@@ -413,6 +434,12 @@ impl CniResult {
     }
 }
 
+/// Before 1.0.0 (0.3.0, 0.3.1, 0.4.0: one result shape, the Go library's types040) each ip
+/// says whether it is IPv4 or IPv6 in `"version": "4"|"6"`; 1.0.0 dropped it.
+fn ips_carry_version(version: &str) -> bool {
+    matches!(version, "0.3.0" | "0.3.1" | "0.4.0")
+}
+
 /// The VERSION answer: the requested version when it is one of ours, else our newest, and the
 /// list. Never an error.
 pub fn version_reply(requested: Option<&str>) -> Value {
@@ -434,11 +461,34 @@ mod tests {
     #[test]
     fn status_and_gc_only_from_1_1_0() {
         for v in ["0.4.0", "1.0.0"] {
-            let err = require_status_gc(v, "STATUS").unwrap_err();
+            let err = require_command(v, "STATUS").unwrap_err();
             assert_eq!(err.code(), 1, "{err}");
             assert!(err.to_string().contains("1.1.0"), "{err}");
         }
-        require_status_gc("1.1.0", "GC").unwrap();
+        require_command("1.1.0", "GC").unwrap();
+        assert!(
+            !has_command("2.0.0", "GC"),
+            "an unknown version has no command"
+        );
+    }
+
+    /// CHECK came with 0.4.0: a 0.3.x configuration gets what libcni's skel answers, code 1.
+    #[test]
+    fn check_only_from_0_4_0() {
+        for v in ["0.3.0", "0.3.1"] {
+            let err = require_command(v, "CHECK").unwrap_err();
+            assert_eq!(err.code(), 1, "{err}");
+            assert!(
+                err.to_string()
+                    .contains("CHECK only with cniVersion 0.4.0 or later"),
+                "{err}"
+            );
+            require_command(v, "ADD").unwrap();
+            require_command(v, "DEL").unwrap();
+        }
+        for v in ["0.4.0", "1.0.0", "1.1.0"] {
+            require_command(v, "CHECK").unwrap();
+        }
     }
 
     fn env(vars: &[(&str, &str)]) -> Result<Env> {
@@ -605,8 +655,9 @@ mod tests {
 
     #[test]
     fn unknown_version_is_code_1() {
-        assert_eq!(check_version("0.3.1").unwrap_err().code(), 1);
-        assert_eq!(check_version("2.0.0").unwrap_err().code(), 1);
+        for v in ["0.1.0", "0.2.0", "0.3.2", "2.0.0"] {
+            assert_eq!(check_version(v).unwrap_err().code(), 1, "{v}");
+        }
         for v in SUPPORTED_VERSIONS {
             check_version(v).unwrap();
         }
@@ -638,15 +689,44 @@ mod tests {
     }
 
     #[test]
-    fn result_0_4_0_has_ip_versions() {
-        let (r, roce) = sample();
-        let doc = r.to_json("0.4.0", Some(&roce));
-        assert_eq!(doc["cniVersion"], "0.4.0");
-        assert_eq!(doc["ips"][0]["version"], "4");
-        assert_eq!(doc["ips"][0]["interface"], 0);
-        assert!(doc["interfaces"][0].get("mtu").is_none());
-        assert_eq!(doc["roce"]["gidIndex"], 3);
-        assert_eq!(doc["roce"]["gid"], "::ffff:10.9.0.7");
+    fn results_before_1_0_0_have_ip_versions() {
+        let (mut r, roce) = sample();
+        r.ips.push(IpConfig {
+            address: "fd00::7/64".parse().unwrap(),
+            gateway: None,
+            interface: Some(0),
+        });
+        for v in ["0.3.0", "0.3.1", "0.4.0"] {
+            let doc = r.to_json(v, Some(&roce));
+            assert_eq!(doc["cniVersion"], v);
+            assert_eq!(doc["ips"][0]["version"], "4", "{v}");
+            assert_eq!(doc["ips"][1]["version"], "6", "{v}");
+            assert_eq!(doc["ips"][0]["interface"], 0, "{v}");
+            assert!(doc["interfaces"][0].get("mtu").is_none(), "{v}");
+            assert_eq!(doc["roce"]["gidIndex"], 3);
+            assert_eq!(doc["roce"]["gid"], "::ffff:10.9.0.7");
+            // 0.3.0, 0.3.1 and 0.4.0 results differ in their cniVersion only.
+            let mut as_040 = r.to_json("0.4.0", Some(&roce));
+            as_040["cniVersion"] = v.into();
+            assert_eq!(doc, as_040);
+        }
+    }
+
+    /// What host-local, whereabouts or nv-ipam print when asked in 0.3.1.
+    #[test]
+    fn a_0_3_1_ipam_result_parses() {
+        let r = CniResult::parse(&json!({
+            "cniVersion": "0.3.1",
+            "ips": [{"version": "4", "address": "10.9.0.7/16", "gateway": "10.9.0.1"},
+                    {"version": "6", "address": "fd00::7/64"}],
+            "routes": [{"dst": "0.0.0.0/0", "gw": "10.9.0.1"}],
+            "dns": {}
+        }))
+        .unwrap();
+        assert_eq!(r.ips.len(), 2);
+        assert_eq!(r.ips[1].address.to_string(), "fd00::7/64");
+        assert_eq!(r.ips[0].gateway, Some("10.9.0.1".parse().unwrap()));
+        assert_eq!(r.routes[0].gw, Some("10.9.0.1".parse().unwrap()));
     }
 
     #[test]
@@ -689,11 +769,13 @@ mod tests {
     fn version_reply_lists_all() {
         let v = version_reply(Some("1.0.0"));
         assert_eq!(v["cniVersion"], "1.0.0");
-        assert_eq!(v["supportedVersions"], json!(["0.4.0", "1.0.0", "1.1.0"]));
-        for unknown in [Some("1.2.0"), Some("0.3.1"), Some("x"), None] {
+        let all = json!(["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]);
+        assert_eq!(v["supportedVersions"], all);
+        assert_eq!(version_reply(Some("0.3.1"))["cniVersion"], "0.3.1");
+        for unknown in [Some("1.2.0"), Some("0.2.0"), Some("x"), None] {
             let v = version_reply(unknown);
             assert_eq!(v["cniVersion"], "1.1.0", "{unknown:?}");
-            assert_eq!(v["supportedVersions"], json!(["0.4.0", "1.0.0", "1.1.0"]));
+            assert_eq!(v["supportedVersions"], all);
         }
     }
 

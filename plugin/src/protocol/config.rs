@@ -796,10 +796,11 @@ mod tests {
 
     #[test]
     fn every_supported_version_parses() {
-        for v in ["0.4.0", "1.0.0", "1.1.0"] {
+        for v in ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"] {
             assert_eq!(parse(&with("cniVersion", json!(v))).unwrap().cni_version, v);
         }
-        refused(with("cniVersion", json!("0.3.1")), 1, "0.3.1");
+        refused(with("cniVersion", json!("0.2.0")), 1, "0.2.0");
+        refused(with("cniVersion", json!("0.1.0")), 1, "0.1.0");
     }
 
     #[test]
@@ -1083,6 +1084,13 @@ mod tests {
         assert!(t.conf.device_info_file.is_none(), "nor removed");
         assert_eq!(t.conf.cni_version, "1.1.0");
         assert_eq!(t.ignored.len(), 3, "{:?}", t.ignored);
+
+        // 0.3.x: DEL gets no prevResult (it came with 0.4.0) and needs none.
+        let v = with("cniVersion", json!("0.3.1"));
+        let t = NetConf::parse_teardown(v.to_string().as_bytes()).unwrap();
+        assert_eq!(t.conf.cni_version, "0.3.1");
+        assert!(t.conf.prev_result.is_none());
+        assert!(t.ignored.is_empty(), "{:?}", t.ignored);
 
         assert_eq!(NetConf::parse_teardown(b"[1]").unwrap_err().code(), 6);
         assert_eq!(NetConf::parse_teardown(b"{").unwrap_err().code(), 6);

@@ -552,6 +552,31 @@ spec:
         );
     }
 
+    /// The NVIDIA Network Operator renders its NADs in cniVersion 0.3.1 (issue #37): such a
+    /// NAD, alone or as a list with a meta plugin after roce-ipvlan, passes `--strict`.
+    #[test]
+    fn nads_in_cni_0_3_1_pass_strict() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("nads.yaml");
+        let list = r#"{"cniVersion": "0.3.1", "name": "rail1", "plugins": [{"type": "roce-ipvlan", "master": "rdma1", "ipam": {"type": "host-local", "subnet": "10.0.1.0/24"}}, {"type": "tuning"}]}"#;
+        let nads = [
+            device_nad(true).replace("1.0.0", "0.3.1"),
+            nad("rail0", "", &RAIL_NAD.replace("1.0.0", "0.3.1")),
+            nad("rail1", "", list),
+        ];
+        for (i, text) in nads.iter().enumerate() {
+            assert!(text.contains("\"0.3.1\""), "{text}");
+            assert!(
+                matches!(&outcomes(text)[0], Outcome::Ok(_)),
+                "{i}: {:?}",
+                outcomes(text)
+            );
+        }
+        std::fs::write(&file, nads.join("---\n")).unwrap();
+        let file = file.display().to_string();
+        assert_eq!(main(&["--strict".into(), file]), 0);
+    }
+
     #[test]
     fn references_are_looked_up_in_the_pod_namespace_as_multus_does() {
         let rail = nad("rail0", "", RAIL_NAD);

@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # roce-ipvlan against docs/contract.md on a real kernel with Soft-RoCE rails.
-# cniVersion 0.4.0 and 1.0.0 go through libcni (cnidriver), as a runtime would; 1.1.0 is newer
-# than libcni 1.1.2 knows, so it and the raw "roce" result object use direct exec (cni_exec).
+# cniVersion 0.3.1, 0.4.0 and 1.0.0 go through libcni (cnidriver), as a runtime would; 1.1.0 is
+# newer than libcni 1.1.2 knows, so it and the raw "roce" result object use direct exec (cni_exec).
 
 with_prev() { # with_prev CONF RESULT_JSON: CONF plus prevResult, as runtimes send CHECK/DEL
 	jq --argjson r "$2" '. + {prevResult: $r}' "$1"
@@ -27,7 +27,7 @@ lifecycle() {
 	assert_eq "$(jq -r '.interfaces[0].name' <<<"$res")" net1 "result interface name"
 	assert_eq "$(jq -r '.interfaces[.ips[0].interface].sandbox' <<<"$res")" "/run/netns/$pod" \
 		"result ips[0] points at the sandbox interface"
-	[[ $v != 0.4.0 ]] || assert_eq "$(jq -r '.ips[0].version' <<<"$res")" 4 "0.4.0 ips[0].version"
+	[[ $v != 0.[34].* ]] || assert_eq "$(jq -r '.ips[0].version' <<<"$res")" 4 "$v ips[0].version"
 	cidr=$(jq -r '.ips[0].address' <<<"$res")
 	assert_match "$cidr" "^${subnet%.0/*}\.[0-9]+/${subnet#*/}$" "result address in $subnet"
 
@@ -39,7 +39,20 @@ lifecycle() {
 	read -r dev port idx table <<<"$info"
 	note "$v via $via: $cidr on $rail -> $dev port $port gid_index $idx, table $table"
 
-	if [[ $via == cnidriver ]]; then
+	if [[ $v == 0.3.* ]]; then
+		# CHECK came with 0.4.0: libcni does not send it, and the plugin refuses it (code 1).
+		# DEL in 0.3.x comes without prevResult (libcni caches none for it).
+		[[ $via != cnidriver ]] || assert_fails cnidriver check "$conf" "/run/netns/$pod"
+		with_prev "$conf" "$res" >"$conf.prev"
+		assert_fails cni_exec CHECK "$conf.prev" "/run/netns/$pod"
+		assert_eq "$(cni_code "$OUT")" 1 "CHECK with cniVersion $v (stdout: $OUT)"
+		assert_match "$OUT" 'CHECK only with cniVersion 0\.4\.0' "CHECK with cniVersion $v: message"
+		if [[ $via == cnidriver ]]; then
+			assert_ok cnidriver del "$conf" "/run/netns/$pod"
+		else
+			assert_ok cni_exec DEL "$conf" "/run/netns/$pod"
+		fi
+	elif [[ $via == cnidriver ]]; then
 		assert_ok cnidriver check "$conf" "/run/netns/$pod"
 		assert_ok cnidriver del "$conf" "/run/netns/$pod"
 	else
@@ -56,6 +69,8 @@ lifecycle() {
 	fi
 }
 
+# 0.3.1: what the NVIDIA Network Operator renders into its NADs (issue #37).
+test_lifecycle_v031_cnidriver() { lifecycle 0.3.1 rdma2 10.9.15.0/24 cnidriver; }
 # The 0.4.0 test uses the ConnectX-style rail name: nothing may assume "rdmaN".
 test_lifecycle_v040_cnidriver() { lifecycle 0.4.0 ens1f0np0 10.9.10.0/24 cnidriver; }
 test_lifecycle_v100_cnidriver() { lifecycle 1.0.0 rdma0 10.9.11.0/24 cnidriver; }

@@ -292,10 +292,10 @@ test_fault_refused_before_any_change() {
 	printf '{"cniVersion": "1.0.0", "type": "roce-ipvlan", "name": ' >/tmp/f-bad.json
 	assert_fails plugin_env ADD /run/netns/fref net1 cid </tmp/f-bad.json
 	assert_match "$(cni_code "$OUT") $OUT" '^6 .*cannot decode' "invalid JSON"
-	jq '.cniVersion = "0.3.1"' "$conf" >/tmp/f-ver.conf
+	jq '.cniVersion = "0.2.0"' "$conf" >/tmp/f-ver.conf
 	assert_fails cni_exec ADD /tmp/f-ver.conf /run/netns/fref
 	assert_eq "$(cni_code "$OUT")" 1 "unsupported cniVersion (stdout: $OUT)"
-	assert_match "$OUT" '0\.3\.1' "unsupported cniVersion: message"
+	assert_match "$OUT" '0\.2\.0' "unsupported cniVersion: message"
 	# missing environment variables
 	assert_fails plugin_env "" /run/netns/fref net1 cid <"$conf"
 	assert_eq "$(cni_code "$OUT")" 4 "no CNI_COMMAND"
