@@ -157,7 +157,7 @@ test:
 	SUITE_EXPECT=6 $(MAKE) fuzz-smoke
 	$(MAKE) validate-manifests
 	$(MAKE) image-test
-	CONC_PODS=$${CONC_PODS:-16} SUITE_EXPECT=94 $(MAKE) vm-test
+	CONC_PODS=$${CONC_PODS:-16} SUITE_EXPECT=95 $(MAKE) vm-test
 	$(MAKE) k8s-build-bg
 	SUITE_EXPECT=11 $(MAKE) vm-rust
 	SUITE_EXPECT=5 $(MAKE) vm-ofed

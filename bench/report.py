@@ -123,12 +123,13 @@ def main():
     ap.add_argument("--other-qemu", default="0")
     ap.add_argument("--other-qemu-end", default="0")
     ap.add_argument("--runtime", default="?")
+    ap.add_argument("--libcni", default="?")
     a = ap.parse_args()
     raw = json.load(open(a.raw))
     S = {"generated": datetime.fromtimestamp(os.path.getmtime(a.raw), timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "vm": raw["vm"],
          "sizes": raw["sizes"], "qemu": a.qemu, "host_cpu": a.host_cpu, "host_cpus": a.host_cpus,
          "other_qemu_at_start": int(a.other_qemu), "other_qemu_at_end": int(a.other_qemu_end), "make_bench_seconds": a.runtime,
-         "guest_seconds": raw.get("guest_seconds")}
+         "guest_seconds": raw.get("guest_seconds"), "libcni": a.libcni}
 
     # IPv4, 16 rails
     ops = raw.get("v4_ops", [])
@@ -310,7 +311,7 @@ def render(S, rel):
     w(f"- Guest: Debian kernel {vm['kernel']}, {vm['vcpus']} vCPUs, {vm['mem_mib']} MiB, {vm['rails']} "
       "Soft-RoCE rails (`virtio-net` + `rdma_rxe`, `rdma0`..`rdma15`), 4 peer NICs for the IPv6 routers "
       "(radvd). Same kernel, rails and driver for both sides.")
-    w("- Client: `tests/cnidriver` (libcni 1.1.2), one call per rail and pod, as Multus does. "
+    w(f"- Client: `tests/cnidriver` (libcni {S['libcni']}), one call per rail and pod, as Multus does. "
       "*libcni* columns are the libcni call alone (`CNIDRIVER_TIMING`: plugin exec and work, "
       "without the driver's own start-up); *wall* is the whole `cnidriver` process.")
     w("- roce-ipvlan: the binary the image ships (deploy/Containerfile), built by `make static`: "

@@ -109,7 +109,8 @@ grep '^@@BENCH-JSON ' "$log" | tail -n 1 | cut -d' ' -f2- >"$out/raw.json"
 python3 "$here/report.py" --raw "$out/raw.json" --out "$out" --doc "$doc" \
 	--plugin "$bin" --go-plugins /usr/lib/cni --qemu "$(qemu-system-x86_64 --version | head -n1)" \
 	--host-cpu "$(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -n1)" --host-cpus "$(nproc)" \
-	--other-qemu "$others" --other-qemu-end "$(pgrep -c qemu-system || true)" --runtime "$(($(date +%s) - start))"
+	--other-qemu "$others" --other-qemu-end "$(pgrep -c qemu-system || true)" --runtime "$(($(date +%s) - start))" \
+	--libcni "$(sed -n 's|.*github.com/containernetworking/cni \(v[^ ]*\).*|\1|p' tests/cnidriver/go.mod | head -n1)"
 if [[ ${BENCH_FABRIC:-1} != 0 ]]; then
 	fabric
 elif [[ -s $out/fabric.json ]]; then

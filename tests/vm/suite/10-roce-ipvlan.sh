@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # roce-ipvlan against docs/contract.md on a real kernel with Soft-RoCE rails.
-# cniVersion 0.3.1, 0.4.0 and 1.0.0 go through libcni (cnidriver), as a runtime would; 1.1.0 is
-# newer than libcni 1.1.2 knows, so it and the raw "roce" result object use direct exec (cni_exec).
+# Every cniVersion (0.3.1, 0.4.0, 1.0.0, 1.1.0) goes through libcni (cnidriver), as a runtime
+# would; 1.0.0 and 1.1.0 also by direct exec (cni_exec), where the raw "roce" result object
+# (libcni drops it) is checked too.
 
 with_prev() { # with_prev CONF RESULT_JSON: CONF plus prevResult, as runtimes send CHECK/DEL
 	jq --argjson r "$2" '. + {prevResult: $r}' "$1"
@@ -75,6 +76,7 @@ test_lifecycle_v031_cnidriver() { lifecycle 0.3.1 rdma2 10.9.15.0/24 cnidriver; 
 test_lifecycle_v040_cnidriver() { lifecycle 0.4.0 ens1f0np0 10.9.10.0/24 cnidriver; }
 test_lifecycle_v100_cnidriver() { lifecycle 1.0.0 rdma0 10.9.11.0/24 cnidriver; }
 test_lifecycle_v100_direct() { lifecycle 1.0.0 rdma3 10.9.13.0/24 direct; }
+test_lifecycle_v110_cnidriver() { lifecycle 1.1.0 rdma2 10.9.16.0/24 cnidriver; }
 test_lifecycle_v110_direct() { lifecycle 1.1.0 rdma1 10.9.12.0/24 direct; }
 
 # add_one NET RAIL SUBNET POD: ADD through cnidriver (1.0.0); prints the address (CIDR)

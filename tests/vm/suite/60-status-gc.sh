@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # CNI 1.1 STATUS and GC (plugin/src/commands/status.rs, gc.rs), through the libcni driver's status and gc
-# verbs (libcni's pkg/invoke, since Debian's libcni 1.1.2 has no STATUS/GC API) and by direct
+# verbs (libcni's GetStatusNetworkList and GCNetworkList, as a runtime calls them) and by direct
 # exec with nothing but CNI_COMMAND and CNI_PATH, as the spec allows.
 # Codes: 50 = cannot serve ADD; 51 = cannot serve ADD and attached pods may have limited
 # connectivity (rail down, RDMA port not ACTIVE).
@@ -39,11 +39,18 @@ test_status_ok_on_a_healthy_rail() {
 	assert_match "$ERR" 'does not speak CNI 1\.1\.0' "log line for an IPAM plugin without STATUS"
 }
 
+# A runtime sends STATUS and GC only to 1.1.0 networks: libcni succeeds for an older one
+# without running the plugin (which would refuse, so success shows it was not run). The
+# plugin's own refusal is for a runtime that sends them anyway: direct exec.
 test_status_and_gc_need_cni_1_1() {
 	require_plugin
 	roce_conf /tmp/st-old.conf st-old rdma0 1.0.0 10.9.60.0/24
-	for verb in status gc; do
-		assert_fails cnidriver "$verb" /tmp/st-old.conf
+	assert_ok cnidriver status /tmp/st-old.conf
+	assert_ok cnidriver gc /tmp/st-old.conf
+	cp /tmp/st-old.conf /tmp/st-old.STATUS
+	jq '. + {"cni.dev/valid-attachments": []}' /tmp/st-old.conf >/tmp/st-old.GC
+	for verb in STATUS GC; do
+		assert_fails bare_exec "$verb" "/tmp/st-old.$verb"
 		assert_eq "$(cni_code "$OUT")" 1 "$verb with cniVersion 1.0.0 (stdout: $OUT)"
 		assert_match "$OUT" '1\.1\.0' "$verb error names the version needed"
 	done
@@ -144,20 +151,31 @@ test_gc_forwards_valid_attachments() {
 	[[ ! -e $got ]] || fail "GC without a list reached the IPAM plugin"
 }
 
-# host-local 1.1.1 has no GC: the request succeeds, the live attachment keeps its address, and
-# DEL still releases it.
-test_gc_with_host_local_keeps_live_attachments() {
+# host-local 1.1.1 has no GC. An attachment libcni's cache holds (ADD through cnidriver) stays
+# while GC names it valid; the plugin's own GC does not forward to host-local, so even an empty
+# list leaves the allocation; libcni's GC with the attachment left out DELs it first, as a
+# runtime's GC of a pod it no longer knows does, and the allocation goes with that DEL.
+test_gc_with_host_local() {
 	require_plugin
 	sg_conf /tmp/gc-hl.conf gc-hl rdma1 '{"logLevel": "info"}'
 	new_pod gchl
-	assert_ok cni_exec ADD /tmp/gc-hl.conf /run/netns/gchl net1 gchl-c
-	local ip
+	assert_ok cnidriver add /tmp/gc-hl.conf /run/netns/gchl --container-id gchl-c
+	local ip cached=/var/lib/cni/results/gc-hl-gchl-c-net1
 	ip=$(jq -r '.ips[0].address' <<<"$OUT")
+	[[ -e $cached ]] || fail "libcni cached no result for the ADD ($cached)"
 	assert_ok cnidriver gc /tmp/gc-hl.conf --valid gchl-c/net1
-	assert_eq "$(host_local_ips gc-hl)" "${ip%/*}" "host-local allocation after GC"
+	assert_eq "$(host_local_ips gc-hl)" "${ip%/*}" "host-local allocation after GC naming it valid"
+	assert_eq "$(pod_links gchl)" "net1 " "the valid attachment is untouched"
+	# The plugin's GC alone (what libcni sends after its DELs), with nothing valid.
+	jq '. + {"cni.dev/valid-attachments": []}' /tmp/gc-hl.conf >/tmp/gc-hl.gc
+	assert_ok bare_exec GC /tmp/gc-hl.gc
+	assert_match "$ERR" 'does not speak CNI 1\.1\.0' "log line for an IPAM plugin without GC"
+	assert_eq "$(host_local_ips gc-hl)" "${ip%/*}" "host-local (no GC of its own) keeps it for an empty list"
+	assert_eq "$(pod_links gchl)" "net1 " "the plugin's GC leaves the pod's child"
+	# The runtime's GC without this attachment: libcni DELs it from its cache.
 	assert_ok cnidriver gc /tmp/gc-hl.conf
-	assert_eq "$(host_local_ips gc-hl)" "${ip%/*}" "host-local (no GC of its own) keeps it even for an empty list"
-	assert_eq "$(pod_links gchl)" "net1 " "the attachment is untouched"
-	assert_ok cni_exec DEL /tmp/gc-hl.conf /run/netns/gchl net1 gchl-c
-	assert_eq "$(host_local_ips gc-hl)" "" "host-local allocations after DEL"
+	assert_eq "$(host_local_ips gc-hl)" "" "host-local allocations after libcni's GC DELed the stale attachment"
+	assert_eq "$(pod_links gchl)" "" "the stale attachment's child is gone"
+	[[ ! -e $cached ]] || fail "libcni's cache still holds the stale attachment after GC"
+	assert_ok cnidriver del /tmp/gc-hl.conf /run/netns/gchl --container-id gchl-c
 }
