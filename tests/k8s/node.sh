@@ -39,6 +39,16 @@ bringup_failed() {
 		tail -n 400 "$f" | grep -v 'configmap_cafile_content\|cacher.go' | tail -n 25 | cut -c1-600 >&2 || true
 	done
 	kubectl get nodes,pods -A -o wide >&2 2>/dev/null || true
+	# A pod that keeps restarting: its last run's own words and why kubelet restarted it.
+	local ns pod
+	kubectl get pods -A --no-headers 2>/dev/null | awk '$5 > 0 { print $1, $2 }' |
+		while read -r ns pod; do
+			echo "--- $ns/$pod: previous run's log, last state" >&2
+			# kubelet's own copy: the API cannot always serve a container that already left.
+			tail -n 40 /var/log/pods/"${ns}_${pod}"_*/*/*.log 2>&1 | cut -c1-600 >&2 || true
+			kubectl -n "$ns" get pod "$pod" \
+				-o jsonpath='{range .status.containerStatuses[*]}{.name}: {.lastState}{"\n"}{end}' >&2 || true
+		done
 }
 trap bringup_failed ERR
 # wait_for silences what it runs; progress reports go to fd 3 (daemonsets_ready).
