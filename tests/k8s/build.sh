@@ -179,7 +179,8 @@ cp "$bin"/{multus,thin_entrypoint,install_multus} "$ctx/multus/"
 cp "$bin/passthru-cni" "$ctx/multus/passthru" # install_multus copies it to the node too
 build_image localhost/multus-cni:v4.2.3-thin "$here/images/Containerfile.multus" "$ctx/multus"
 
-mkdir -p "$ctx/nv-ipam"
+mkdir -p "$ctx/nv-ipam/root/var/log" "$ctx/nv-ipam/root/tmp"
+chmod 1777 "$ctx/nv-ipam/root/tmp"
 cp "$bin"/{ipam-controller,ipam-node,nv-ipam} "$ctx/nv-ipam/"
 build_image "localhost/nvidia-k8s-ipam:${nvipam_commit:0:7}" "$here/images/Containerfile.nv-ipam" "$ctx/nv-ipam"
 
