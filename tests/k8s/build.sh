@@ -98,6 +98,57 @@ mkdir -p "$cache/manifests"
 cp "$(cd "$here/go/multus" && "$go" list -m -f '{{.Dir}}' gopkg.in/k8snetworkplumbingwg/multus-cni.v4)/deployments/multus-daemonset.yml" \
 	"$cache/manifests/multus-daemonset.yml"
 
+# nv-ipam (github.com/Mellanox/nvidia-k8s-ipam): its three commands and its deploy/ tree. The
+# module by name where the Go module proxy serves it; the proxy here answers 403, so the copy in
+# ../shared/upstream (checked against its sha256) unpacked into the cache. The commit is named
+# here and nowhere else (the image tag and the manifests follow it).
+nvipam_commit=3ce4a34ced9636f1589c891b609c2ffd565ee5b2
+nvipam_tar=$repo/../shared/upstream/nvidia-k8s-ipam-${nvipam_commit:0:7}.tar.gz
+nvipam_sha256=ab19588c870efb44f9da6596687be37f15bd1020bf8c7e4b69dabfd748008789
+nvipam_src() { # the source tree's directory: the module cache's, else the tarball's unpacked
+	local d dir=$cache/src/nvidia-k8s-ipam-${nvipam_commit:0:7}
+	if d=$(cd / && GOFLAGS='' "$go" mod download -json "github.com/Mellanox/nvidia-k8s-ipam@$nvipam_commit" 2>/dev/null |
+		jq -er 'select(.Error == null) | .Dir'); then
+		echo "$d"
+		return 0
+	fi
+	if [[ ! -f $dir/go.mod ]]; then
+		[[ -r $nvipam_tar ]] || {
+			log "nv-ipam: the module proxy does not serve github.com/Mellanox/nvidia-k8s-ipam@$nvipam_commit" \
+				"and $nvipam_tar is missing"
+			return 1
+		}
+		echo "$nvipam_sha256  $nvipam_tar" | sha256sum -c --quiet >&2 || {
+			log "nv-ipam: $nvipam_tar does not have the sha256 named in build.sh"
+			return 1
+		}
+		log "nv-ipam: the module proxy does not serve it; unpacking $nvipam_tar"
+		rm -rf "$dir.tmp" && mkdir -p "$dir.tmp"
+		tar -xzf "$nvipam_tar" -C "$dir.tmp" --strip-components=1
+		mv "$dir.tmp" "$dir"
+	fi
+	echo "$dir"
+}
+nvipam=$(nvipam_src)
+want=$(cat "$nvipam/go.mod" "$nvipam/go.sum" | sha256sum | cut -c1-16)-$nvipam_commit-$("$go" env GOVERSION)
+if [[ ! -x $bin/ipam-controller || ! -x $bin/ipam-node || ! -x $bin/nv-ipam ||
+	$(cat "$bin/.stamp-nv-ipam" 2>/dev/null) != "$want" ]]; then
+	log "building nv-ipam (ipam-controller, ipam-node, nv-ipam) at ${nvipam_commit:0:7} with $("$go" env GOVERSION)"
+	start=$SECONDS
+	(cd "$nvipam" && "$go" build -trimpath -o "$bin/" -ldflags "-s -w \
+		-X github.com/Mellanox/nvidia-k8s-ipam/pkg/version.commit=$nvipam_commit \
+		-X github.com/Mellanox/nvidia-k8s-ipam/pkg/version.gitTreeState=clean" \
+		./cmd/ipam-controller ./cmd/ipam-node ./cmd/nv-ipam)
+	log "built nv-ipam in $((SECONDS - start))s"
+	echo "$want" >"$bin/.stamp-nv-ipam"
+fi
+# Its deploy/ tree for tests/k8s/manifests/nv-ipam (kustomize: namespace and image).
+rm -rf "$cache/manifests/nv-ipam" && mkdir -p "$cache/manifests/nv-ipam"
+cp -r "$nvipam/deploy" "$cache/manifests/nv-ipam/"
+chmod -R u+w "$cache/manifests/nv-ipam"
+cp "$here/manifests/nv-ipam/kustomization.yaml" "$cache/manifests/nv-ipam/"
+sed -i "s/@NVIPAM_TAG@/${nvipam_commit:0:7}/" "$cache/manifests/nv-ipam/kustomization.yaml"
+
 # --- images ---
 builder=${IMAGE_BUILDER:-podman}
 # save_image localhost/REPO:TAG: into the registry folder's OCI layout of REPO, under TAG (a
@@ -127,6 +178,11 @@ build_image localhost/pause:roce-ipvlan "$here/images/Containerfile.pause" "$ctx
 cp "$bin"/{multus,thin_entrypoint,install_multus} "$ctx/multus/"
 cp "$bin/passthru-cni" "$ctx/multus/passthru" # install_multus copies it to the node too
 build_image localhost/multus-cni:v4.2.3-thin "$here/images/Containerfile.multus" "$ctx/multus"
+
+mkdir -p "$ctx/nv-ipam/root/var/log" "$ctx/nv-ipam/root/tmp"
+chmod 1777 "$ctx/nv-ipam/root/tmp"
+cp "$bin"/{ipam-controller,ipam-node,nv-ipam} "$ctx/nv-ipam/"
+build_image "localhost/nvidia-k8s-ipam:${nvipam_commit:0:7}" "$here/images/Containerfile.nv-ipam" "$ctx/nv-ipam"
 
 # The installer image: the shipped static binaries, built by `make image` (which rebuilds it when
 # the sources changed) under the name the node's kustomization gives it.

@@ -6,6 +6,7 @@
 #   wait_for SECS WHAT CMD...    retry CMD (quietly) once a second until it succeeds or SECS pass
 #   node_ready                   the node's Ready condition is True
 #   install_multus               Multus thin from the module's own daemonset manifest
+#   install_nv_ipam              nv-ipam's controller and node DaemonSet from its deploy/ tree
 #   netstatus POD [NS]           the pod's k8s.v1.cni.cncf.io/network-status annotation (JSON)
 #   in_pod POD CMD...            kubectl exec in the pod's first container
 #   wait_pod_ready POD [SECS]    wait for the pod's Ready condition
@@ -80,6 +81,21 @@ patches:
         value: 512Mi
 EOF
 	kubectl apply -k "$dir" >/dev/null
+}
+
+# nv-ipam (tests/k8s/manifests/nv-ipam: upstream's no-webhook overlay of the tree build.sh
+# built, in the Network Operator's namespace, with the node's image), in the namespace a user
+# creates for it first.
+NV_IPAM_NS=nvidia-network-operator
+install_nv_ipam() {
+	kubectl create namespace "$NV_IPAM_NS" >/dev/null
+	kubectl apply -k "$K8S_CACHE/manifests/nv-ipam" >/dev/null
+}
+# The controller's Deployment is available and the controller holds its leader lease (the
+# LeaderElectionID of cmd/ipam-controller): only the leader gives nodes their blocks.
+nv_ipam_controller_ready() {
+	[[ $(kubectl -n "$NV_IPAM_NS" get deploy nv-ipam-controller -o jsonpath='{.status.availableReplicas}') == 1 ]] &&
+		[[ -n $(kubectl -n "$NV_IPAM_NS" get lease dd1643cf.nvidia.com -o jsonpath='{.spec.holderIdentity}') ]]
 }
 
 netstatus() { # netstatus POD [NS]

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Inside the test VM (tests/vm/guest.sh has loaded the modules and built the Soft-RoCE rails):
-# bring up a one-node Kubernetes cluster, install Multus thin and roce-ipvlan's installer
-# DaemonSet as users do, wait until both are Ready, then run SCRIPT with kubectl on PATH and
+# bring up a one-node Kubernetes cluster, install Multus thin, nv-ipam and roce-ipvlan's
+# installer DaemonSet as users do, wait until they are Ready, then run SCRIPT with kubectl on PATH and
 # KUBECONFIG exported, and exit with its status. tests/k8s/run.sh starts this; see its header
 # and docs/testing.md ("The Kubernetes node").
 #
@@ -39,6 +39,16 @@ bringup_failed() {
 		tail -n 400 "$f" | grep -v 'configmap_cafile_content\|cacher.go' | tail -n 25 | cut -c1-600 >&2 || true
 	done
 	kubectl get nodes,pods -A -o wide >&2 2>/dev/null || true
+	# A pod that keeps restarting: its last run's own words and why kubelet restarted it.
+	local ns pod
+	kubectl get pods -A --no-headers 2>/dev/null | awk '$5 > 0 { print $1, $2 }' |
+		while read -r ns pod; do
+			echo "--- $ns/$pod: previous run's log, last state" >&2
+			# kubelet's own copy: the API cannot always serve a container that already left.
+			tail -n 40 /var/log/pods/"${ns}_${pod}"_*/*/*.log 2>&1 | cut -c1-600 >&2 || true
+			kubectl -n "$ns" get pod "$pod" \
+				-o jsonpath='{range .status.containerStatuses[*]}{.name}: {.lastState}{"\n"}{end}' >&2 || true
+		done
 }
 trap bringup_failed ERR
 # wait_for silences what it runs; progress reports go to fd 3 (daemonsets_ready).
@@ -236,6 +246,9 @@ wait "$pulls" || { cat "$logs/pull.log" >&2; false; }
 # What Node Feature Discovery labels a node with a Mellanox/NVIDIA PCI function (vendor 15b3):
 # the installer's node selector.
 kubectl label node "$K8S_NODE" feature.node.kubernetes.io/pci-15b3.present=true >/dev/null
+# What the GPU Operator's feature discovery labels a GPU node with: the node selector of the
+# examples' nv-ipam pools (examples/a100-ippool.yaml), so the node gets a block of them.
+kubectl label node "$K8S_NODE" nvidia.com/gpu.present=true >/dev/null
 # The rails as a device plugin offers them (tests/k8s/go/railpf): nvidia.com/hostdev by PCI
 # address, as the SR-IOV network device plugin offers the rail PFs, and every rail's RDMA
 # devices as rdma/rdma_shared_device_a, as the RDMA shared device plugin does.
@@ -243,12 +256,19 @@ wait_for 120 "kubelet's device-plugin socket" test -S /var/lib/kubelet/device-pl
 modprobe rdma_ucm # /dev/infiniband/rdma_cm, for RDMA CM in the pods
 daemon railpf -resource nvidia.com/hostdev -netdevs 'rdma*' -shared rdma/rdma_shared_device_a
 
-# --- Multus thin and roce-ipvlan, as users install them --------------------------------------
-step "Multus thin, roce-ipvlan's installer DaemonSet"
+# --- Multus thin, nv-ipam and roce-ipvlan, as users install them ----------------------------
+step "Multus thin, nv-ipam, roce-ipvlan's installer DaemonSet"
 install_multus
+install_nv_ipam
 kubectl apply -k "$here/manifests/installer" >/dev/null
 wait_for 300 "the node to be Ready" node_ready
-wait_for 600 "Multus's and roce-ipvlan's DaemonSets to be ready" daemonsets_ready
+wait_for 600 "Multus's, nv-ipam's and roce-ipvlan's DaemonSets to be ready" daemonsets_ready
+# nv-ipam's controller gives nodes their blocks of each pool: a pool applied by SCRIPT must
+# get one, so the controller is up (and has its leader lease) before SCRIPT runs.
+wait_for 300 "nv-ipam's controller to be available" nv_ipam_controller_ready
+# ipam-node copies the CNI in, then serves the CNI's calls on its socket.
+wait_for 120 "ipam-node's CNI in /opt/cni/bin and its socket" \
+	test -x /opt/cni/bin/nv-ipam -a -S /var/lib/cni/nv-ipam/daemon.sock
 wait_for 120 "the node to offer the rails' devices" bash -c \
 	"kubectl get node $K8S_NODE -o jsonpath='{.status.allocatable}' | grep -q rdma_shared_device_a"
 # 00-multus.conflist when the default network's file is a 1.0.0 conflist, else 00-multus.conf.

@@ -7,9 +7,13 @@
 # builds (or takes from the cache) what tests/k8s/build.sh lists, boots the VM with the
 # Soft-RoCE rails of tests/vm (rdma0..rdma3, ens1f0np0; the bare NIC ens2f0np0), starts etcd,
 # kube-apiserver, kube-controller-manager, kube-scheduler, containerd and kubelet in it,
-# installs Multus thin and roce-ipvlan's installer DaemonSet with kubectl, waits until the node
-# and both DaemonSets' pods are Ready, then runs SCRIPT inside the VM as root with kubectl on
-# PATH and KUBECONFIG exported (tests/k8s/node.sh), prints its output and exits with its code.
+# installs Multus thin, nv-ipam (its controller and ipam-node, from its own deploy/ tree, in
+# namespace nvidia-network-operator) and roce-ipvlan's installer DaemonSet with kubectl, waits
+# until the node and every DaemonSet's pods are Ready and nv-ipam's controller leads, then runs
+# SCRIPT inside the VM as root with kubectl on PATH and KUBECONFIG exported (tests/k8s/node.sh),
+# prints its output and exits with its code. nv-ipam reads IPPools and CIDRPools from
+# nvidia-network-operator only; the node carries the labels nvidia.com/gpu.present=true (the
+# examples' pools select it) and feature.node.kubernetes.io/pci-15b3.present=true.
 # SCRIPT is a path on the host (the VM sees the host's root); it may `source "$K8S_LIB"`
 # (tests/k8s/lib.sh) for the helpers. Pods use images already on the node:
 # localhost/roce-ipvlan-testpod:latest (a shell, iproute2, ibv_devinfo, perftest, UCX and the

@@ -1,12 +1,14 @@
 # shellcheck shell=bash
 # One attachment for many rails (examples/pod-16-rails-one-nad.yaml's NAD, "rails": ["rdma*"]):
 # one network selection element, one ADD, a child per rail (net1r0 ... net1r3 on the node's four
-# rails), and what Multus makes of a result with several sandbox interfaces.
+# rails), and what Multus makes of a result with several sandbox interfaces. Its IPAM is the
+# example's, nv-ipam with examples/a100-ippool.yaml: one address per child from the node's block,
+# all released when the pod goes.
 
 test_one_attachment_for_all_rails() {
-	local status i ifn
-	example_nad examples/pod-16-rails-one-nad.yaml rdma-all-rails \
-		'{"type": "host-local", "ranges": [[{"subnet": "10.59.0.0/24"}]]}'
+	local status i ifn block
+	block=$(example_pool)
+	example_nad examples/pod-16-rails-one-nad.yaml rdma-all-rails
 	testpod all-rails '[{"name": "rdma-all-rails", "interface": "net1"}]'
 	wait_pod_ready all-rails 300 || { kubectl describe pod all-rails | tail -n 15; fail "pod all-rails is not Ready"; }
 	status=$(netstatus all-rails)
@@ -18,6 +20,7 @@ test_one_attachment_for_all_rails() {
 		ifn=net1r$i
 		verify_pod_rail all-rails "$ifn" "rdma$i" >/dev/null
 	done
+	nv_ipam_pod all-rails "$block" 4
 	local env
 	env=$(in_pod all-rails roce-ipvlan env) || fail "roce-ipvlan env failed in the pod"
 	# The NCCL_IB_HCA line itself names each rail's device (=~ on the whole output would let a
@@ -29,5 +32,5 @@ test_one_attachment_for_all_rails() {
 		assert_match "$hca" "[=,^]$dev(:[0-9]+)?([,'\"]|\$)" "NCCL_IB_HCA names rdma$i's device $dev"
 	done
 	kubectl delete pod all-rails --wait=true --timeout=120s >/dev/null
-	assert_eq "$(host_local_count) $(children_count)" "0 0" "allocations and children after the pod's deletion"
+	assert_eq "$(nv_ipam_count all-rails) $(children_count)" "0 0" "nv-ipam's reservations and children after the pod's deletion"
 }

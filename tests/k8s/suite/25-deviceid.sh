@@ -3,11 +3,13 @@
 # makes Multus take one allocated nvidia.com/hostdev device per reference, read its PCI address
 # from kubelet's pod-resources and pass it as deviceID. The devices come from railpf, the node's
 # device plugin offering the rails by PCI address (tests/k8s/go/railpf: it stands in for the
-# SR-IOV network device plugin, which the Go module proxy refuses).
+# SR-IOV network device plugin, which the Go module proxy refuses). Its IPAM is the example's,
+# nv-ipam with examples/a100-ippool.yaml.
 
 test_deviceid_pod_gets_a_child_on_each_allocated_rail() {
-	local status ifn rail pci alloc seen=()
-	example_nad examples/a100-one-nad-deviceid.yaml rdma-rails '{"type": "host-local", "ranges": [[{"subnet": "10.58.0.0/24"}]]}'
+	local status ifn rail pci alloc seen=() block
+	block=$(example_pool)
+	example_nad examples/a100-one-nad-deviceid.yaml rdma-rails
 	assert_eq "$(kubectl get node "$K8S_NODE" -o jsonpath='{.status.allocatable.nvidia\.com/hostdev}')" 4 \
 		"nvidia.com/hostdev devices the node offers (railpf: rdma0..rdma3)"
 	TESTPOD_DEVICES='nvidia.com/hostdev: 2' testpod two-devices 'rdma-rails, rdma-rails'
@@ -30,7 +32,9 @@ test_deviceid_pod_gets_a_child_on_each_allocated_rail() {
 		seen+=("$pci")
 	done
 	[[ ${seen[0]} != "${seen[1]}" ]] || fail "both children on one device (${seen[0]})"
+	nv_ipam_pod two-devices "$block" 2
 	[[ $(devinfo_count) -ge 2 ]] || fail "expected the plugin's 2 device-info files on the node, found $(devinfo_count)"
 	kubectl delete pod two-devices --wait=true --timeout=120s >/dev/null
-	assert_eq "$(devinfo_count) $(children_count)" "0 0" "device-info files and children after the pod's deletion"
+	assert_eq "$(devinfo_count) $(children_count) $(nv_ipam_count two-devices)" "0 0 0" \
+		"device-info files, children and nv-ipam's reservations after the pod's deletion"
 }

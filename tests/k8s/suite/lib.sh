@@ -23,14 +23,63 @@ spec:
 YAML
 }
 
-# example_nad FILE NAME IPAM_JSON: the example's NAD as users apply it, with its IPAM swapped for
-# IPAM_JSON (nv-ipam's module is refused by the proxy too) and nothing else changed.
+# example_nad FILE NAME [IPAM_JSON]: the example's NAD as users apply it; with IPAM_JSON, its
+# IPAM swapped for that (a test that needs a subnet or an IPAM of its own) and nothing else
+# changed. The examples' nv-ipam IPAM needs their pool: example_pool.
 example_nad() {
 	kubectl create --dry-run=client -o json -f "$ROCE_REPO/$1" |
-		jq --arg name "$2" --argjson ipam "$3" \
+		jq --arg name "$2" --arg ipam "${3:-}" \
 			'(.items // [.])[] | select(.kind == "NetworkAttachmentDefinition" and .metadata.name == $name)
-			 | .spec.config |= (fromjson | .ipam = $ipam | tojson)' |
+			 | if $ipam == "" then . else .spec.config |= (fromjson | .ipam = ($ipam | fromjson) | tojson) end' |
 		kubectl apply -f - >/dev/null
+}
+
+# --- nv-ipam (installed by node.sh in $NV_IPAM_NS, the one namespace it reads pools from) ---
+NV_IPAM_STORE=/var/lib/cni/nv-ipam/store # ipam-node's reservations on the node (its --store-file)
+
+# example_pool: examples/a100-ippool.yaml applied as is; waits until the controller has given the
+# node its block and prints it ("START END").
+example_pool() {
+	kubectl apply -f "$ROCE_REPO/examples/a100-ippool.yaml" >/dev/null
+	wait_for 180 "the node's block of rdma-rail-pool" node_block rdma-rail-pool >/dev/null ||
+		fail "no block of rdma-rail-pool for $K8S_NODE: $(kubectl -n "$NV_IPAM_NS" get ippool rdma-rail-pool -o jsonpath='{.status}')"
+	node_block rdma-rail-pool
+}
+
+# node_block POOL: "START END" of the node's allocation in the IPPool's status.
+node_block() {
+	kubectl -n "$NV_IPAM_NS" get ippool "$1" -o json |
+		jq -er --arg n "$K8S_NODE" 'first(.status.allocations[]? | select(.nodeName == $n)) | "\(.startIP) \(.endIP)"'
+}
+
+ip4_int() { local o1 o2 o3 o4; IFS=. read -r o1 o2 o3 o4 <<<"$1"; echo $(((o1 << 24) + (o2 << 16) + (o3 << 8) + o4)); }
+in_block() { # IP START END
+	local a
+	a=$(ip4_int "$1")
+	((a >= $(ip4_int "$2") && a <= $(ip4_int "$3")))
+}
+
+# nv_ipam_reserved [POD]: the addresses ipam-node holds on the node (POD's only, when given),
+# one a line, sorted.
+nv_ipam_reserved() {
+	[[ -e $NV_IPAM_STORE ]] || return 0
+	jq -r --arg pod "${1:-}" '.pools // {} | .[] | .entries // {} | .[]
+		| select($pod == "" or .metadata.pod_name == $pod) | .ip_address' "$NV_IPAM_STORE" | sort
+}
+nv_ipam_count() { nv_ipam_reserved "$@" | grep -c . || true; }
+
+# nv_ipam_pod POD BLOCK COUNT: POD's network-status gives COUNT addresses besides the cluster
+# network's, each in BLOCK ("START END", the node's block) and each one ipam-node has reserved
+# for POD, and no other.
+nv_ipam_pod() {
+	local pod=$1 block=$2 n=$3 ips ip
+	ips=$(netstatus "$pod" | jq -r '.[] | select(.default != true) | .ips[]?' | sort)
+	assert_eq "$(grep -c . <<<"$ips")" "$n" "addresses of $pod's attachments (${ips//$'\n'/ })"
+	# shellcheck disable=SC2086 # BLOCK is two words
+	for ip in $ips; do in_block "$ip" $block || fail "$pod's address $ip is not in the node's block $block"; done
+	assert_eq "$(nv_ipam_reserved "$pod" | tr '\n' ' ')" "$(tr '\n' ' ' <<<"$ips")" \
+		"what ipam-node holds for $pod ($NV_IPAM_STORE) against its network-status"
+	note "$pod: ${ips//$'\n'/ } from the node's block $block"
 }
 
 pci_of() { # NETDEV: its PCI function (a virtio NIC's "device" is the virtio device below it)
