@@ -98,38 +98,40 @@ mkdir -p "$cache/manifests"
 cp "$(cd "$here/go/multus" && "$go" list -m -f '{{.Dir}}' gopkg.in/k8snetworkplumbingwg/multus-cni.v4)/deployments/multus-daemonset.yml" \
 	"$cache/manifests/multus-daemonset.yml"
 
-# nv-ipam (github.com/Mellanox/nvidia-k8s-ipam): its three commands and its deploy/ tree. The
-# module by name where the Go module proxy serves it; the proxy here answers 403, so the copy in
-# ../shared/upstream (checked against its sha256) unpacked into the cache. The commit is named
-# here and nowhere else (the image tag and the manifests follow it).
-nvipam_commit=3ce4a34ced9636f1589c891b609c2ffd565ee5b2
-nvipam_tar=$repo/../shared/upstream/nvidia-k8s-ipam-${nvipam_commit:0:7}.tar.gz
-nvipam_sha256=ab19588c870efb44f9da6596687be37f15bd1020bf8c7e4b69dabfd748008789
-nvipam_src() { # the source tree's directory: the module cache's, else the tarball's unpacked
-	local d dir=$cache/src/nvidia-k8s-ipam-${nvipam_commit:0:7}
-	if d=$(cd / && GOFLAGS='' "$go" mod download -json "github.com/Mellanox/nvidia-k8s-ipam@$nvipam_commit" 2>/dev/null |
+# Upstream trees the Go module proxy here refuses by name (../shared/upstream/README.md):
+# upstream_src NAME MODULE VERSION TARBALL SHA256 prints the source tree's directory: the module
+# cache's where the proxy serves MODULE@VERSION (a user's machine), else TARBALL, checked against
+# SHA256, unpacked once into the cache's src/NAME. Each tree's version is named once, below.
+upstream_src() {
+	local name=$1 module=$2 version=$3 tar=$4 sha256=$5 d dir=$cache/src/$1
+	if d=$(cd / && GOFLAGS='' "$go" mod download -json "$module@$version" 2>/dev/null |
 		jq -er 'select(.Error == null) | .Dir'); then
 		echo "$d"
 		return 0
 	fi
 	if [[ ! -f $dir/go.mod ]]; then
-		[[ -r $nvipam_tar ]] || {
-			log "nv-ipam: the module proxy does not serve github.com/Mellanox/nvidia-k8s-ipam@$nvipam_commit" \
-				"and $nvipam_tar is missing"
+		[[ -r $tar ]] || {
+			log "$name: the module proxy does not serve $module@$version and $tar is missing"
 			return 1
 		}
-		echo "$nvipam_sha256  $nvipam_tar" | sha256sum -c --quiet >&2 || {
-			log "nv-ipam: $nvipam_tar does not have the sha256 named in build.sh"
+		echo "$sha256  $tar" | sha256sum -c --quiet >&2 || {
+			log "$name: $tar does not have the sha256 named in build.sh"
 			return 1
 		}
-		log "nv-ipam: the module proxy does not serve it; unpacking $nvipam_tar"
+		log "$name: the module proxy does not serve it; unpacking $tar"
 		rm -rf "$dir.tmp" && mkdir -p "$dir.tmp"
-		tar -xzf "$nvipam_tar" -C "$dir.tmp" --strip-components=1
+		tar -xzf "$tar" -C "$dir.tmp" --strip-components=1
 		mv "$dir.tmp" "$dir"
 	fi
 	echo "$dir"
 }
-nvipam=$(nvipam_src)
+
+# nv-ipam (github.com/Mellanox/nvidia-k8s-ipam): its three commands and its deploy/ tree. The
+# commit is named here and nowhere else (the image tag and the manifests follow it).
+nvipam_commit=3ce4a34ced9636f1589c891b609c2ffd565ee5b2
+nvipam=$(upstream_src "nvidia-k8s-ipam-${nvipam_commit:0:7}" github.com/Mellanox/nvidia-k8s-ipam "$nvipam_commit" \
+	"$repo/../shared/upstream/nvidia-k8s-ipam-${nvipam_commit:0:7}.tar.gz" \
+	ab19588c870efb44f9da6596687be37f15bd1020bf8c7e4b69dabfd748008789)
 want=$(cat "$nvipam/go.mod" "$nvipam/go.sum" | sha256sum | cut -c1-16)-$nvipam_commit-$("$go" env GOVERSION)
 if [[ ! -x $bin/ipam-controller || ! -x $bin/ipam-node || ! -x $bin/nv-ipam ||
 	$(cat "$bin/.stamp-nv-ipam" 2>/dev/null) != "$want" ]]; then
