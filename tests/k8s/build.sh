@@ -151,6 +151,28 @@ chmod -R u+w "$cache/manifests/nv-ipam"
 cp "$here/manifests/nv-ipam/kustomization.yaml" "$cache/manifests/nv-ipam/"
 sed -i "s/@NVIPAM_TAG@/${nvipam_commit:0:7}/" "$cache/manifests/nv-ipam/kustomization.yaml"
 
+# The SR-IOV network device plugin as the NVIDIA Network Operator ships it (the Mellanox fork;
+# its go.mod keeps the k8snetworkplumbingwg module path): cmd/sriovdp and its deployments/
+# DaemonSet. The fork's tag is named here and nowhere else (the image tag follows it).
+sriovdp_tag=network-operator-v26.7.0-rc.2
+sriovdp=$(upstream_src "sriov-network-device-plugin-$sriovdp_tag" \
+	github.com/k8snetworkplumbingwg/sriov-network-device-plugin 8a1884c041f1f798a89c59c7e9c332d905b2b168 \
+	"$repo/../shared/upstream/sriov-network-device-plugin-$sriovdp_tag.tar.gz" \
+	835d3af3055e178109ae758bc5299836d356e64c4874e8d866e8faa15c823459)
+want=$(cat "$sriovdp/go.mod" "$sriovdp/go.sum" | sha256sum | cut -c1-16)-$sriovdp_tag-$("$go" env GOVERSION)
+if [[ ! -x $bin/sriovdp || $(cat "$bin/.stamp-sriovdp" 2>/dev/null) != "$want" ]]; then
+	log "building sriovdp at $sriovdp_tag with $("$go" env GOVERSION)"
+	start=$SECONDS
+	(cd "$sriovdp" && "$go" build -trimpath -o "$bin/" -ldflags "-s -w" ./cmd/sriovdp)
+	log "built sriovdp in $((SECONDS - start))s"
+	echo "$want" >"$bin/.stamp-sriovdp"
+fi
+# Its DaemonSet for tests/k8s/manifests/sriovdp (kustomize: the image).
+rm -rf "$cache/manifests/sriovdp" && mkdir -p "$cache/manifests/sriovdp"
+cp "$sriovdp/deployments/sriovdp-daemonset.yaml" "$here/manifests/sriovdp/kustomization.yaml" "$cache/manifests/sriovdp/"
+chmod -R u+w "$cache/manifests/sriovdp"
+sed -i "s/@SRIOVDP_TAG@/$sriovdp_tag/" "$cache/manifests/sriovdp/kustomization.yaml"
+
 # --- images ---
 builder=${IMAGE_BUILDER:-podman}
 # save_image localhost/REPO:TAG: into the registry folder's OCI layout of REPO, under TAG (a
@@ -185,6 +207,12 @@ mkdir -p "$ctx/nv-ipam/root/var/log" "$ctx/nv-ipam/root/tmp"
 chmod 1777 "$ctx/nv-ipam/root/tmp"
 cp "$bin"/{ipam-controller,ipam-node,nv-ipam} "$ctx/nv-ipam/"
 build_image "localhost/nvidia-k8s-ipam:${nvipam_commit:0:7}" "$here/images/Containerfile.nv-ipam" "$ctx/nv-ipam"
+
+# sriovdp finds the PCI functions through ghw, which names vendors and products from pci.ids
+# (Debian's pci.ids; its upstream image takes Alpine's hwdata-pci, at the same path).
+mkdir -p "$ctx/sriovdp"
+cp "$bin/sriovdp" /usr/share/misc/pci.ids "$ctx/sriovdp/"
+build_image "localhost/sriov-network-device-plugin:$sriovdp_tag" "$here/images/Containerfile.sriovdp" "$ctx/sriovdp"
 
 # The installer image: the shipped static binaries, built by `make image` (which rebuilds it when
 # the sources changed) under the name the node's kustomization gives it.
