@@ -152,8 +152,9 @@ cp "$here/manifests/nv-ipam/kustomization.yaml" "$cache/manifests/nv-ipam/"
 sed -i "s/@NVIPAM_TAG@/${nvipam_commit:0:7}/" "$cache/manifests/nv-ipam/kustomization.yaml"
 
 # The SR-IOV network device plugin as the NVIDIA Network Operator ships it (the Mellanox fork;
-# its go.mod keeps the k8snetworkplumbingwg module path): cmd/sriovdp and its deployments/
-# DaemonSet. The fork's tag is named here and nowhere else (the image tag follows it).
+# its go.mod keeps the k8snetworkplumbingwg module path, so a proxy serves the fork's commit under
+# that path only if that repository has it too; else the tarball): cmd/sriovdp and its
+# deployments/ DaemonSet. The fork's tag is named here and nowhere else (the image tag follows it).
 sriovdp_tag=network-operator-v26.7.0-rc.2
 sriovdp=$(upstream_src "sriov-network-device-plugin-$sriovdp_tag" \
 	github.com/k8snetworkplumbingwg/sriov-network-device-plugin 8a1884c041f1f798a89c59c7e9c332d905b2b168 \
