@@ -98,38 +98,40 @@ mkdir -p "$cache/manifests"
 cp "$(cd "$here/go/multus" && "$go" list -m -f '{{.Dir}}' gopkg.in/k8snetworkplumbingwg/multus-cni.v4)/deployments/multus-daemonset.yml" \
 	"$cache/manifests/multus-daemonset.yml"
 
-# nv-ipam (github.com/Mellanox/nvidia-k8s-ipam): its three commands and its deploy/ tree. The
-# module by name where the Go module proxy serves it; the proxy here answers 403, so the copy in
-# ../shared/upstream (checked against its sha256) unpacked into the cache. The commit is named
-# here and nowhere else (the image tag and the manifests follow it).
-nvipam_commit=3ce4a34ced9636f1589c891b609c2ffd565ee5b2
-nvipam_tar=$repo/../shared/upstream/nvidia-k8s-ipam-${nvipam_commit:0:7}.tar.gz
-nvipam_sha256=ab19588c870efb44f9da6596687be37f15bd1020bf8c7e4b69dabfd748008789
-nvipam_src() { # the source tree's directory: the module cache's, else the tarball's unpacked
-	local d dir=$cache/src/nvidia-k8s-ipam-${nvipam_commit:0:7}
-	if d=$(cd / && GOFLAGS='' "$go" mod download -json "github.com/Mellanox/nvidia-k8s-ipam@$nvipam_commit" 2>/dev/null |
+# Upstream trees the Go module proxy here refuses by name (../shared/upstream/README.md):
+# upstream_src NAME MODULE VERSION TARBALL SHA256 prints the source tree's directory: the module
+# cache's where the proxy serves MODULE@VERSION (a user's machine), else TARBALL, checked against
+# SHA256, unpacked once into the cache's src/NAME. Each tree's version is named once, below.
+upstream_src() {
+	local name=$1 module=$2 version=$3 tar=$4 sha256=$5 d dir=$cache/src/$1
+	if d=$(cd / && GOFLAGS='' "$go" mod download -json "$module@$version" 2>/dev/null |
 		jq -er 'select(.Error == null) | .Dir'); then
 		echo "$d"
 		return 0
 	fi
 	if [[ ! -f $dir/go.mod ]]; then
-		[[ -r $nvipam_tar ]] || {
-			log "nv-ipam: the module proxy does not serve github.com/Mellanox/nvidia-k8s-ipam@$nvipam_commit" \
-				"and $nvipam_tar is missing"
+		[[ -r $tar ]] || {
+			log "$name: the module proxy does not serve $module@$version and $tar is missing"
 			return 1
 		}
-		echo "$nvipam_sha256  $nvipam_tar" | sha256sum -c --quiet >&2 || {
-			log "nv-ipam: $nvipam_tar does not have the sha256 named in build.sh"
+		echo "$sha256  $tar" | sha256sum -c --quiet >&2 || {
+			log "$name: $tar does not have the sha256 named in build.sh"
 			return 1
 		}
-		log "nv-ipam: the module proxy does not serve it; unpacking $nvipam_tar"
+		log "$name: the module proxy does not serve it; unpacking $tar"
 		rm -rf "$dir.tmp" && mkdir -p "$dir.tmp"
-		tar -xzf "$nvipam_tar" -C "$dir.tmp" --strip-components=1
+		tar -xzf "$tar" -C "$dir.tmp" --strip-components=1
 		mv "$dir.tmp" "$dir"
 	fi
 	echo "$dir"
 }
-nvipam=$(nvipam_src)
+
+# nv-ipam (github.com/Mellanox/nvidia-k8s-ipam): its three commands and its deploy/ tree. The
+# commit is named here and nowhere else (the image tag and the manifests follow it).
+nvipam_commit=3ce4a34ced9636f1589c891b609c2ffd565ee5b2
+nvipam=$(upstream_src "nvidia-k8s-ipam-${nvipam_commit:0:7}" github.com/Mellanox/nvidia-k8s-ipam "$nvipam_commit" \
+	"$repo/../shared/upstream/nvidia-k8s-ipam-${nvipam_commit:0:7}.tar.gz" \
+	ab19588c870efb44f9da6596687be37f15bd1020bf8c7e4b69dabfd748008789)
 want=$(cat "$nvipam/go.mod" "$nvipam/go.sum" | sha256sum | cut -c1-16)-$nvipam_commit-$("$go" env GOVERSION)
 if [[ ! -x $bin/ipam-controller || ! -x $bin/ipam-node || ! -x $bin/nv-ipam ||
 	$(cat "$bin/.stamp-nv-ipam" 2>/dev/null) != "$want" ]]; then
@@ -148,6 +150,29 @@ cp -r "$nvipam/deploy" "$cache/manifests/nv-ipam/"
 chmod -R u+w "$cache/manifests/nv-ipam"
 cp "$here/manifests/nv-ipam/kustomization.yaml" "$cache/manifests/nv-ipam/"
 sed -i "s/@NVIPAM_TAG@/${nvipam_commit:0:7}/" "$cache/manifests/nv-ipam/kustomization.yaml"
+
+# The SR-IOV network device plugin as the NVIDIA Network Operator ships it (the Mellanox fork;
+# its go.mod keeps the k8snetworkplumbingwg module path, so a proxy serves the fork's commit under
+# that path only if that repository has it too; else the tarball): cmd/sriovdp and its
+# deployments/ DaemonSet. The fork's tag is named here and nowhere else (the image tag follows it).
+sriovdp_tag=network-operator-v26.7.0-rc.2
+sriovdp=$(upstream_src "sriov-network-device-plugin-$sriovdp_tag" \
+	github.com/k8snetworkplumbingwg/sriov-network-device-plugin 8a1884c041f1f798a89c59c7e9c332d905b2b168 \
+	"$repo/../shared/upstream/sriov-network-device-plugin-$sriovdp_tag.tar.gz" \
+	835d3af3055e178109ae758bc5299836d356e64c4874e8d866e8faa15c823459)
+want=$(cat "$sriovdp/go.mod" "$sriovdp/go.sum" | sha256sum | cut -c1-16)-$sriovdp_tag-$("$go" env GOVERSION)
+if [[ ! -x $bin/sriovdp || $(cat "$bin/.stamp-sriovdp" 2>/dev/null) != "$want" ]]; then
+	log "building sriovdp at $sriovdp_tag with $("$go" env GOVERSION)"
+	start=$SECONDS
+	(cd "$sriovdp" && "$go" build -trimpath -o "$bin/" -ldflags "-s -w" ./cmd/sriovdp)
+	log "built sriovdp in $((SECONDS - start))s"
+	echo "$want" >"$bin/.stamp-sriovdp"
+fi
+# Its DaemonSet for tests/k8s/manifests/sriovdp (kustomize: the image).
+rm -rf "$cache/manifests/sriovdp" && mkdir -p "$cache/manifests/sriovdp"
+cp "$sriovdp/deployments/sriovdp-daemonset.yaml" "$here/manifests/sriovdp/kustomization.yaml" "$cache/manifests/sriovdp/"
+chmod -R u+w "$cache/manifests/sriovdp"
+sed -i "s/@SRIOVDP_TAG@/$sriovdp_tag/" "$cache/manifests/sriovdp/kustomization.yaml"
 
 # --- images ---
 builder=${IMAGE_BUILDER:-podman}
@@ -183,6 +208,12 @@ mkdir -p "$ctx/nv-ipam/root/var/log" "$ctx/nv-ipam/root/tmp"
 chmod 1777 "$ctx/nv-ipam/root/tmp"
 cp "$bin"/{ipam-controller,ipam-node,nv-ipam} "$ctx/nv-ipam/"
 build_image "localhost/nvidia-k8s-ipam:${nvipam_commit:0:7}" "$here/images/Containerfile.nv-ipam" "$ctx/nv-ipam"
+
+# sriovdp finds the PCI functions through ghw, which names vendors and products from pci.ids
+# (Debian's pci.ids; its upstream image takes Alpine's hwdata-pci, at the same path).
+mkdir -p "$ctx/sriovdp"
+cp "$bin/sriovdp" /usr/share/misc/pci.ids "$ctx/sriovdp/"
+build_image "localhost/sriov-network-device-plugin:$sriovdp_tag" "$here/images/Containerfile.sriovdp" "$ctx/sriovdp"
 
 # The installer image: the shipped static binaries, built by `make image` (which rebuilds it when
 # the sources changed) under the name the node's kustomization gives it.

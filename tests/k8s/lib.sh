@@ -7,6 +7,7 @@
 #   node_ready                   the node's Ready condition is True
 #   install_multus               Multus thin from the module's own daemonset manifest
 #   install_nv_ipam              nv-ipam's controller and node DaemonSet from its deploy/ tree
+#   install_sriovdp              the SR-IOV network device plugin's DaemonSet and its ConfigMap
 #   netstatus POD [NS]           the pod's k8s.v1.cni.cncf.io/network-status annotation (JSON)
 #   in_pod POD CMD...            kubectl exec in the pod's first container
 #   wait_pod_ready POD [SECS]    wait for the pod's Ready condition
@@ -96,6 +97,34 @@ install_nv_ipam() {
 nv_ipam_controller_ready() {
 	[[ $(kubectl -n "$NV_IPAM_NS" get deploy nv-ipam-controller -o jsonpath='{.status.availableReplicas}') == 1 ]] &&
 		[[ -n $(kubectl -n "$NV_IPAM_NS" get lease dd1643cf.nvidia.com -o jsonpath='{.spec.holderIdentity}') ]]
+}
+
+# The SR-IOV network device plugin (tests/k8s/manifests/sriovdp: its own DaemonSet manifest)
+# with the ConfigMap sriovdp-config made from examples/nicclusterpolicy.yaml's
+# sriovDevicePlugin.config, the rails' PCI addresses in place of the example's. As is, the
+# example's other two selectors match nothing here: "vendors": ["15b3"] (the rails are
+# virtio-net functions, vendor 1af4) and "isRdma": true (sriovdp looks for an RDMA device under
+# the PCI function, /sys/bus/pci/devices/<address>/infiniband; a Soft-RoCE device hangs off the
+# netdev instead). So both are dropped, and the PCI addresses alone select the rails; sriovdp
+# then mounts no RDMA devices (isRdma is what makes it), which railpf's shared resource gives.
+# K8S_SRIOVDP_SELECTORS=example keeps the example's selectors (sriovdp then offers nothing:
+# its log says why, docs/testing.md).
+install_sriovdp() {
+	local nd d pcis=() cfg
+	for nd in /sys/class/net/rdma*; do
+		d=$(readlink -f "$nd/device")
+		[[ $(basename "$d") == virtio* ]] && d=$(dirname "$d") # a virtio NIC's function is its parent
+		pcis+=("$(basename "$d")")
+	done
+	cfg=$(python3 -c 'import sys, yaml
+for doc in yaml.safe_load_all(open(sys.argv[1])):
+    if doc and doc.get("spec", {}).get("sriovDevicePlugin"):
+        print(doc["spec"]["sriovDevicePlugin"]["config"])' "${K8S_LIB%/*}/../../examples/nicclusterpolicy.yaml" |
+		jq --arg mode "${K8S_SRIOVDP_SELECTORS:-virtio}" '.resourceList[0].selectors |=
+			(.pciAddresses = $ARGS.positional | if $mode == "example" then . else del(.vendors, .isRdma) end)' \
+			--args "${pcis[@]}") || return 1
+	kubectl -n kube-system create configmap sriovdp-config --from-literal=config.json="$cfg" >/dev/null
+	kubectl apply -k "$K8S_CACHE/manifests/sriovdp" >/dev/null
 }
 
 netstatus() { # netstatus POD [NS]

@@ -249,28 +249,34 @@ kubectl label node "$K8S_NODE" feature.node.kubernetes.io/pci-15b3.present=true 
 # What the GPU Operator's feature discovery labels a GPU node with: the node selector of the
 # examples' nv-ipam pools (examples/a100-ippool.yaml), so the node gets a block of them.
 kubectl label node "$K8S_NODE" nvidia.com/gpu.present=true >/dev/null
-# The rails as a device plugin offers them (tests/k8s/go/railpf): nvidia.com/hostdev by PCI
-# address, as the SR-IOV network device plugin offers the rail PFs, and every rail's RDMA
-# devices as rdma/rdma_shared_device_a, as the RDMA shared device plugin does.
+# Every rail's RDMA devices as rdma/rdma_shared_device_a, as the RDMA shared device plugin
+# offers them (tests/k8s/go/railpf): the real one cannot see Soft-RoCE (docs/testing.md). The
+# rails by PCI address, nvidia.com/hostdev, come from the real SR-IOV network device plugin below.
 wait_for 120 "kubelet's device-plugin socket" test -S /var/lib/kubelet/device-plugins/kubelet.sock
 modprobe rdma_ucm # /dev/infiniband/rdma_cm, for RDMA CM in the pods
-daemon railpf -resource nvidia.com/hostdev -netdevs 'rdma*' -shared rdma/rdma_shared_device_a
+daemon railpf -netdevs 'rdma*' -shared rdma/rdma_shared_device_a
 
 # --- Multus thin, nv-ipam and roce-ipvlan, as users install them ----------------------------
-step "Multus thin, nv-ipam, roce-ipvlan's installer DaemonSet"
+step "Multus thin, nv-ipam, the SR-IOV network device plugin, roce-ipvlan's installer DaemonSet"
 install_multus
 install_nv_ipam
+install_sriovdp
 kubectl apply -k "$here/manifests/installer" >/dev/null
 wait_for 300 "the node to be Ready" node_ready
-wait_for 600 "Multus's, nv-ipam's and roce-ipvlan's DaemonSets to be ready" daemonsets_ready
+wait_for 600 "Multus's, nv-ipam's, sriovdp's and roce-ipvlan's DaemonSets to be ready" daemonsets_ready
 # nv-ipam's controller gives nodes their blocks of each pool: a pool applied by SCRIPT must
 # get one, so the controller is up (and has its leader lease) before SCRIPT runs.
 wait_for 300 "nv-ipam's controller to be available" nv_ipam_controller_ready
 # ipam-node copies the CNI in, then serves the CNI's calls on its socket.
 wait_for 120 "ipam-node's CNI in /opt/cni/bin and its socket" \
 	test -x /opt/cni/bin/nv-ipam -a -S /var/lib/cni/nv-ipam/daemon.sock
-wait_for 120 "the node to offer the rails' devices" bash -c \
-	"kubectl get node $K8S_NODE -o jsonpath='{.status.allocatable}' | grep -q rdma_shared_device_a"
+# railpf's shared resource, and sriovdp's one device per rail (none with the example's
+# selectors as they are: K8S_SRIOVDP_SELECTORS=example).
+hostdevs=$(find /sys/class/net -maxdepth 1 -name 'rdma*' | wc -l)
+[[ ${K8S_SRIOVDP_SELECTORS:-} == example ]] && hostdevs=0
+wait_for 120 "the node to offer the rails' devices ($hostdevs nvidia.com/hostdev)" bash -c \
+	"kubectl get node $K8S_NODE -o json | jq -e '.status.allocatable |
+		(.\"rdma/rdma_shared_device_a\" // \"0\" | tonumber > 0) and (.\"nvidia.com/hostdev\" // \"0\" | tonumber == $hostdevs)'"
 # 00-multus.conflist when the default network's file is a 1.0.0 conflist, else 00-multus.conf.
 wait_for 120 "Multus's configuration" compgen -G '/etc/cni/net.d/00-multus.conf*'
 

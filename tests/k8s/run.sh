@@ -8,7 +8,8 @@
 # Soft-RoCE rails of tests/vm (rdma0..rdma3, ens1f0np0; the bare NIC ens2f0np0), starts etcd,
 # kube-apiserver, kube-controller-manager, kube-scheduler, containerd and kubelet in it,
 # installs Multus thin, nv-ipam (its controller and ipam-node, from its own deploy/ tree, in
-# namespace nvidia-network-operator) and roce-ipvlan's installer DaemonSet with kubectl, waits
+# namespace nvidia-network-operator), the SR-IOV network device plugin (its own DaemonSet, in
+# kube-system) and roce-ipvlan's installer DaemonSet with kubectl, waits
 # until the node and every DaemonSet's pods are Ready and nv-ipam's controller leads, then runs
 # SCRIPT inside the VM as root with kubectl on PATH and KUBECONFIG exported (tests/k8s/node.sh),
 # prints its output and exits with its code. nv-ipam reads IPPools and CIDRPools from
@@ -18,9 +19,11 @@
 # (tests/k8s/lib.sh) for the helpers. Pods use images already on the node:
 # localhost/roce-ipvlan-testpod:latest (a shell, iproute2, ibv_devinfo, perftest, UCX and the
 # plugin for `roce-ipvlan env`) with `imagePullPolicy: IfNotPresent` or `Never`. The node offers
-# the rails as devices (tests/k8s/go/railpf): `nvidia.com/hostdev`, one per rail rdma0..rdma3 by
-# PCI address (a NAD with that resourceName gets Multus's deviceID), and
-# `rdma/rdma_shared_device_a`, every rail's /dev/infiniband devices for any pod.
+# the rails as devices: `nvidia.com/hostdev`, one per rail rdma0..rdma3 by PCI address (the SR-IOV
+# network device plugin; a NAD with that resourceName gets Multus's deviceID), and
+# `rdma/rdma_shared_device_a`, every rail's /dev/infiniband devices for any pod (tests/k8s/go/railpf).
+# K8S_SRIOVDP_SELECTORS=example gives sriovdp examples/nicclusterpolicy.yaml's selectors as they
+# are (it then offers no rail: docs/testing.md says why).
 #
 # Environment: everything tests/vm/run.sh reads (VM_KERNEL=backports, VM_RDMA=ofed, VM_RAILS,
 # VM_TIMEOUT, ...), and VM_MEM (default 6144 here: a control plane needs more than the 1 GiB of

@@ -1,17 +1,18 @@
 # shellcheck shell=bash
 # Rails chosen by the device plugin (examples/a100-one-nad-deviceid.yaml): the NAD's resourceName
 # makes Multus take one allocated nvidia.com/hostdev device per reference, read its PCI address
-# from kubelet's pod-resources and pass it as deviceID. The devices come from railpf, the node's
-# device plugin offering the rails by PCI address (tests/k8s/go/railpf: it stands in for the
-# SR-IOV network device plugin, which the Go module proxy refuses). Its IPAM is the example's,
-# nv-ipam with examples/a100-ippool.yaml.
+# from kubelet's pod-resources and pass it as deviceID. The devices come from the SR-IOV network
+# device plugin (the Network Operator's build, tests/k8s/manifests/sriovdp), offering the rails by
+# PCI address with examples/nicclusterpolicy.yaml's selectors less the two the virtio rails cannot
+# meet (tests/k8s/lib.sh, install_sriovdp). Its IPAM is the example's, nv-ipam with
+# examples/a100-ippool.yaml.
 
 test_deviceid_pod_gets_a_child_on_each_allocated_rail() {
 	local status ifn rail pci alloc seen=() block
 	block=$(example_pool)
 	example_nad examples/a100-one-nad-deviceid.yaml rdma-rails
 	assert_eq "$(kubectl get node "$K8S_NODE" -o jsonpath='{.status.allocatable.nvidia\.com/hostdev}')" 4 \
-		"nvidia.com/hostdev devices the node offers (railpf: rdma0..rdma3)"
+		"nvidia.com/hostdev devices the node offers (sriovdp: rdma0..rdma3)"
 	TESTPOD_DEVICES='nvidia.com/hostdev: 2' testpod two-devices 'rdma-rails, rdma-rails'
 	wait_pod_ready two-devices 300 || { kubectl describe pod two-devices | tail -n 15; fail "pod two-devices is not Ready"; }
 	# What kubelet allocated, as the device plugin's Allocate told the container.

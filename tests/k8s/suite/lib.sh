@@ -191,7 +191,9 @@ verify_pod_rail() {
 
 # What an attachment leaves on the node: host-local allocations, device-info files, children.
 host_local_count() { find /var/lib/cni/networks -type f -regex '.*/[0-9a-f.:]+' 2>/dev/null | wc -l; }
-devinfo_count() { find /var/run/k8s.cni.cncf.io/devinfo -type f 2>/dev/null | wc -l; }
+# The CNI's device-info files (Multus's per-attachment cni/ directory; the device plugin's own,
+# which sriovdp writes at Allocate under dp/ and keeps until it stops, are not the plugin's).
+devinfo_count() { find /var/run/k8s.cni.cncf.io/devinfo/cni -type f 2>/dev/null | wc -l; }
 children_count() { # ipvlan children in any netns of the node
 	local n=0 ns
 	n=$(ip -d -o link show type ipvlan 2>/dev/null | wc -l)

@@ -1,17 +1,18 @@
-// railpf: a minimal Kubernetes device plugin for the test node, in the role the SR-IOV network
-// device plugin plays on the field report's clusters (nvidia.com/hostdev, rail PFs offered by PCI
-// address). The Go module proxy refuses that plugin's module, so this stands in for it with the
-// same contract towards kubelet and Multus: one device per rail netdev, its ID the netdev's PCI
-// address (what Multus reads from kubelet's pod-resources and hands the CNI plugin as deviceID),
-// and Allocate mounting the rail's RDMA character devices and setting PCIDEVICE_<RESOURCE>.
+// railpf: a minimal Kubernetes device plugin for the test node, offering what the real device
+// plugins cannot offer on its Soft-RoCE rails.
 //
-// With -shared it also offers a second resource in the role of the RDMA shared device plugin
+// With -shared it offers a resource in the role of the RDMA shared device plugin
 // (rdma/rdma_shared_device_a in the examples): any number of pods, up to -slots, each getting
-// every rail's RDMA character devices. The real one is served by the proxy but finds a PCI
-// function's RDMA device under the function in sysfs, where a ConnectX has it and Soft-RoCE
-// does not, so it would offer nothing here.
+// every rail's RDMA character devices. The real one (served by the proxy) finds a PCI function's
+// RDMA device under the function in sysfs, where a ConnectX has it and Soft-RoCE does not (an
+// rxe device's parent is the netdev), so it offers nothing here (docs/testing.md quotes its log).
 //
-//	railpf -resource nvidia.com/hostdev -netdevs 'rdma*' -shared rdma/rdma_shared_device_a
+// With -resource it also offers one device per rail by PCI address, the contract of the SR-IOV
+// network device plugin (nvidia.com/hostdev): Allocate mounts the rail's RDMA character devices
+// and sets PCIDEVICE_<RESOURCE>. The node runs the real SR-IOV network device plugin for that
+// now (tests/k8s/manifests/sriovdp); this stays for a node without it.
+//
+//	railpf -shared rdma/rdma_shared_device_a [-resource nvidia.com/hostdev] [-netdevs 'rdma*']
 package main
 
 import (
@@ -182,7 +183,7 @@ func serve(srv *server, sockName string) {
 }
 
 func main() {
-	resource := flag.String("resource", "nvidia.com/hostdev", "extended resource name, a device per rail")
+	resource := flag.String("resource", "", "also offer this resource, a device per rail by PCI address (none when empty)")
 	glob := flag.String("netdevs", "rdma*", "netdevs offered (glob)")
 	shared := flag.String("shared", "", "also offer this resource, each device all rails (none when empty)")
 	slots := flag.Int("slots", 64, "devices of the -shared resource")
@@ -194,7 +195,9 @@ func main() {
 	for _, r := range rails {
 		log.Printf("offering %s (netdev %s, %s)", r.pci, r.netdev, strings.Join(r.devs, " "))
 	}
-	serve(&server{resource: *resource, rails: rails}, "railpf.sock")
+	if *resource != "" {
+		serve(&server{resource: *resource, rails: rails}, "railpf.sock")
+	}
 	if *shared != "" {
 		serve(&server{resource: *shared, rails: rails, slots: *slots}, "railpf-shared.sock")
 	}
