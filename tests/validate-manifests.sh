@@ -7,11 +7,13 @@
 #      pod templates of MPIJobs and PyTorchJobs (checked as PodTemplates), the Job templates of
 #      JobSets (checked as Jobs) and what each
 #      kustomization builds (deploy/, deploy/openshift/: its patches must apply);
-#   3. custom resources (NetworkAttachmentDefinition, IPPool, CIDRPool, NicClusterPolicy,
-#      NicNodePolicy, MPIJob, PyTorchJob, JobSet) validate against the project's schemas,
-#      tests/schemas/custom-resources.yaml
-#      (unknown fields refused at every level the examples use); a custom kind without a
-#      schema there fails;
+#   3. custom resources validate against JSON Schemas generated from the upstream CRDs'
+#      openAPIV3Schema (tests/crd-schemas.py: NetworkAttachmentDefinition, IPPool, CIDRPool,
+#      NicClusterPolicy, NicNodePolicy and every other CRD under ../shared/upstream/crds;
+#      unknown fields refused as the API server's Strict field validation refuses them; absent
+#      CRDs fail with where to get them), and the kinds no CRD there defines (MPIJob,
+#      PyTorchJob, JobSet, ServiceMonitor) against the project's hand-written schemas,
+#      tests/schemas/custom-resources.yaml; a custom kind with neither fails;
 #   4. `roce-ipvlan validate --strict` over all files as one set: every roce-ipvlan
 #      configuration passes the plugin's own checks, and every workload's attachments match its
 #      RDMA resources and the NicClusterPolicies' offers; warnings fail;
@@ -29,7 +31,8 @@
 #      with the message their "# expect:" line names: the checks above can fail.
 #
 #   tests/validate-manifests.sh [FILE...]     (default: deploy/ and examples/)
-# Environment: ROCE_IPVLAN_BIN (default target/debug/roce-ipvlan), K8S_VERSION (schemas,
+# Environment: ROCE_IPVLAN_BIN (default target/debug/roce-ipvlan), ROCE_IPVLAN_UPSTREAM (the
+# upstream CRDs' parent, default ../shared/upstream), K8S_VERSION (schemas,
 # default 1.36.0, the version the reference clusters run), VALIDATE_VENV (where
 # kubernetes-validate and helm-python-sdk are installed, created on first use from PyPI;
 # default ~/.cache/roce-ipvlan/validate-venv).
@@ -69,13 +72,25 @@ fi
 templates=$(mktemp --suffix=.yaml)
 trap 'rm -f "$templates"' EXIT
 
-echo "== parse, custom resources against tests/schemas/custom-resources.yaml (${#files[@]} files)"
+echo "== parse, custom resources against the upstream CRDs' schemas and tests/schemas/custom-resources.yaml (${#files[@]} files)"
 check_files() { # FILE... : parse + custom-resource schemas; pod templates of jobs to $templates
 	"$venv/bin/python" - "$templates" "$@" <<'PY'
 import os, sys, yaml, jsonschema
 sys.path.insert(0, "tests")
 expectations = __import__("manifest-expectations")
+crd_schemas = __import__("crd-schemas")
+try:
+    generated, _ = crd_schemas.load()
+except crd_schemas.MissingUpstream as e:
+    sys.exit(f"validate-manifests: {e}")
 schemas = yaml.safe_load(open("tests/schemas/custom-resources.yaml"))
+both = set(generated) & set(schemas["kinds"])
+if both:
+    sys.exit(f"validate-manifests: {', '.join(sorted(both))}: an upstream CRD defines it; "
+             "remove its hand-written schema from tests/schemas/custom-resources.yaml")
+# Hand-written schemas refer to their definitions; generated ones are self-contained.
+kind_schemas = {k: dict(v, definitions=schemas["definitions"]) for k, v in schemas["kinds"].items()}
+kind_schemas.update(generated)
 builtin = {"v1", "apps/v1", "batch/v1", "policy/v1", "rbac.authorization.k8s.io/v1",
            "admissionregistration.k8s.io/v1"}
 templates_out, paths = sys.argv[1], sys.argv[2:]
@@ -176,14 +191,15 @@ for path in paths:
         if missing:
             print(f"ERROR {where}: missing {', '.join(missing)}"); bad += 1; continue
         key = f"{d['apiVersion']} {d['kind']}"
-        if key in schemas["kinds"]:
-            schema = dict(schemas["kinds"][key], definitions=schemas["definitions"])
+        if key in kind_schemas:
+            schema = kind_schemas[key]
             errors = sorted(jsonschema.Draft7Validator(schema).iter_errors(d), key=lambda e: list(e.path))
             for e in errors:
                 field = ".".join(str(p) for p in e.path) or "(top)"
                 print(f"ERROR {where} {key}: {field}: {e.message}"); bad += 1
         elif d["apiVersion"] not in builtin:
-            print(f"ERROR {where}: {key} has no schema in tests/schemas/custom-resources.yaml; add one"); bad += 1
+            print(f"ERROR {where}: {key} has no schema: no CRD under ../shared/upstream/crds defines it and "
+                  "tests/schemas/custom-resources.yaml has none; add one there"); bad += 1
         for job in (d.get("spec") or {}).get("replicatedJobs") or [] if d["kind"] == "JobSet" else []:
             # A JobSet's replicated job is a Job template: checked as a batch/v1 Job.
             templates.append({"apiVersion": "batch/v1", "kind": "Job",
