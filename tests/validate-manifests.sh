@@ -42,6 +42,15 @@ cd "$repo"
 bin=${ROCE_IPVLAN_BIN:-$repo/target/debug/roce-ipvlan}
 k8s=${K8S_VERSION:-1.36.0}
 venv=${VALIDATE_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/roce-ipvlan/validate-venv}
+# The Network Operator release the examples' NicClusterPolicy and NicNodePolicies take their
+# components from (image, repository, version as its hack/release.yaml names them, in
+# ../shared/upstream): named here only; its CRDs are the ones tests/crd-schemas.py reads.
+network_operator_release=v26.7.0-rc.2
+export NETWORK_OPERATOR_RELEASE_FILE=${ROCE_IPVLAN_UPSTREAM:-$repo/../shared/upstream}/network-operator-$network_operator_release-release.yaml
+[[ -r $NETWORK_OPERATOR_RELEASE_FILE ]] || {
+	echo "validate-manifests: $NETWORK_OPERATOR_RELEASE_FILE not found: the upstream files live beside the project, not in it (../shared/upstream/README.md: hack/release.yaml of github.com/Mellanox/network-operator tag $network_operator_release); set ROCE_IPVLAN_UPSTREAM to where they are" >&2
+	exit 1
+}
 # Pinned: a new release may bundle other schema versions and change what passes.
 kv_version=1.37.0
 # Helm v4 as a library (libhelm_c over Helm's Go SDK, in the wheel): renders and lints the
@@ -95,6 +104,26 @@ builtin = {"v1", "apps/v1", "batch/v1", "policy/v1", "rbac.authorization.k8s.io/
            "admissionregistration.k8s.io/v1"}
 templates_out, paths = sys.argv[1], sys.argv[2:]
 templates, bad = [], 0
+
+release_file = os.environ["NETWORK_OPERATOR_RELEASE_FILE"]
+release = {}  # image -> [(repository, version)]
+for entry in yaml.safe_load(open(release_file)).values():
+    release.setdefault(entry["image"], []).append((entry["repository"], entry["version"]))
+
+def release_errors(node, where):
+    """Each Network Operator component (image, repository, version) in an example must be the
+    release's, as its release.yaml names it: the examples name one release, the one above."""
+    if isinstance(node, dict):
+        if "image" in node and "version" in node and isinstance(node["image"], str):
+            have = (node.get("repository"), node["version"])
+            want = release.get(node["image"])
+            if want is None:
+                yield f"{where}: image {node['image']} is not a component of {os.path.basename(release_file)}"
+            elif have not in want:
+                yield (f"{where}: {node['image']} from {have[0]}, version {have[1]}; "
+                       f"{os.path.basename(release_file)} has {', '.join(f'{r}, version {v}' for r, v in want)}")
+        for key, value in node.items():
+            yield from release_errors(value, f"{where}.{key}")
 
 def containers(node):
     """Every container of an object, at any depth (kustomize's images: does the same)."""
@@ -200,6 +229,9 @@ for path in paths:
         elif d["apiVersion"] not in builtin:
             print(f"ERROR {where}: {key} has no schema: no CRD under ../shared/upstream/crds defines it and "
                   "tests/schemas/custom-resources.yaml has none; add one there"); bad += 1
+        if d["kind"] in ("NicClusterPolicy", "NicNodePolicy") and os.path.normpath(path).startswith("examples" + os.sep):
+            for e in release_errors(d.get("spec"), f"{where} {d['kind']} spec"):
+                print(f"ERROR {e}"); bad += 1
         for job in (d.get("spec") or {}).get("replicatedJobs") or [] if d["kind"] == "JobSet" else []:
             # A JobSet's replicated job is a Job template: checked as a batch/v1 Job.
             templates.append({"apiVersion": "batch/v1", "kind": "Job",
