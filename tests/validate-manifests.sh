@@ -6,7 +6,8 @@
 #      (unknown fields refused), with kubernetes-validate, which ships the schemas; so do the
 #      pod templates of MPIJobs and PyTorchJobs (checked as PodTemplates), the Job templates of
 #      JobSets (checked as Jobs) and what each
-#      kustomization builds (deploy/, deploy/openshift/: its patches must apply);
+#      kustomization builds with kustomize (tests/kustomize/build.sh; deploy/, deploy/openshift/:
+#      its patches must apply);
 #   3. custom resources validate against JSON Schemas generated from the upstream CRDs'
 #      openAPIV3Schema (tests/crd-schemas.py: NetworkAttachmentDefinition, IPPool, CIDRPool,
 #      NicClusterPolicy, NicNodePolicy and every other CRD under ../shared/upstream/crds;
@@ -78,13 +79,17 @@ if [[ $("$venv/bin/python" -c 'import importlib.metadata as m; print(m.version("
 	"$venv/bin/pip" install -q --disable-pip-version-check "helm-python-sdk==$helm_sdk_version"
 fi
 
+# kustomize builds deploy/'s and examples/ kustomizations (the release kubectl 1.36 embeds).
+KUSTOMIZE=$(tests/kustomize/build.sh) || { echo "validate-manifests: cannot build kustomize (tests/kustomize/build.sh)" >&2; exit 1; }
+export KUSTOMIZE
+
 templates=$(mktemp --suffix=.yaml)
 trap 'rm -f "$templates"' EXIT
 
 echo "== parse, custom resources against the upstream CRDs' schemas and tests/schemas/custom-resources.yaml (${#files[@]} files)"
 check_files() { # FILE... : parse + custom-resource schemas; pod templates of jobs to $templates
 	"$venv/bin/python" - "$templates" "$@" <<'PY'
-import os, sys, yaml, jsonschema
+import os, subprocess, sys, yaml, jsonschema
 sys.path.insert(0, "tests")
 expectations = __import__("manifest-expectations")
 crd_schemas = __import__("crd-schemas")
@@ -125,66 +130,13 @@ def release_errors(node, where):
         for key, value in node.items():
             yield from release_errors(value, f"{where}.{key}")
 
-def containers(node):
-    """Every container of an object, at any depth (kustomize's images: does the same)."""
-    if isinstance(node, dict):
-        for key, value in node.items():
-            if key in ("containers", "initContainers") and isinstance(value, list):
-                yield from (c for c in value if isinstance(c, dict))
-            else:
-                yield from containers(value)
-    elif isinstance(node, list):
-        for item in node:
-            yield from containers(item)
-
-def patch(docs, patches):
-    for p in patches:
-        t = p["target"]
-        for d in (d for d in docs if d["kind"] == t["kind"] and d["metadata"]["name"] == t["name"]):
-            for op in yaml.safe_load(p["patch"]):
-                *parents, last = op["path"].strip("/").split("/")
-                node = d
-                for key in parents:
-                    node = node[int(key)] if isinstance(node, list) else node[key]
-                if isinstance(node, list):
-                    last = int(last)
-                    if op["op"] == "replace":
-                        node[last]  # raises IndexError: kustomize would fail too
-                elif op["op"] == "replace" and last not in node:
-                    raise KeyError(f"{op['path']}: nothing to replace")
-                node[last] = op["value"]
-
 def render(kdir):
-    """What kustomize builds from kdir, for the features deploy/ and examples/ use (resources,
-    components with patches, namespace, images' newName and newTag, inline JSON 6902 patches
-    with add/replace); no kustomize that reads these files is packaged for Debian bookworm.
-    Raises on a patch path that does not exist, and on an overlay that builds on a directory
-    holding it (kustomize refuses that as a cycle)."""
-    k = yaml.safe_load(open(os.path.join(kdir, "kustomization.yaml")))
-    docs = []
-    for r in k.get("resources", []):
-        path = os.path.join(kdir, r)
-        if os.path.isdir(path):
-            if os.path.abspath(kdir).startswith(os.path.abspath(path) + os.sep):
-                raise OSError(f"{r}: kustomize refuses a resource directory that holds the kustomization (cycle)")
-            docs += render(path)
-        else:
-            docs += [d for d in yaml.safe_load_all(open(path)) if d]
-    for c in k.get("components", []):
-        comp = yaml.safe_load(open(os.path.join(kdir, c, "kustomization.yaml")))
-        if comp.get("kind") != "Component":
-            raise TypeError(f"{c} is not a kustomize Component")
-        patch(docs, comp.get("patches", []))
-    for d in docs:
-        if k.get("namespace") and d["kind"] != "Namespace":
-            d["metadata"]["namespace"] = k["namespace"]
-        for c in containers(d):
-            for img in k.get("images", []):
-                name, _, tag = c["image"].partition(":")
-                if name == img["name"]:
-                    c["image"] = f"{img.get('newName', name)}:{img.get('newTag', tag)}"
-    patch(docs, k.get("patches", []))
-    return docs
+    """What kustomize (tests/kustomize/build.sh) builds from kdir; raises OSError with
+    kustomize's message when it cannot build (a patch path that does not exist, a cycle, ...)."""
+    run = subprocess.run([os.environ["KUSTOMIZE"], "build", kdir], capture_output=True, text=True)
+    if run.returncode != 0:
+        raise OSError(run.stderr.strip())
+    return [d for d in yaml.safe_load_all(run.stdout) if d]
 for path in paths:
     try:
         with open(path) as f:
@@ -211,7 +163,7 @@ for path in paths:
                 name = os.path.normpath(os.path.dirname(path) or ".")
                 for e in expectations.check(name, built):
                     print(f"ERROR {path}: built: {e}"); bad += 1
-            except (KeyError, IndexError, TypeError, OSError) as e:
+            except OSError as e:
                 print(f"ERROR {path}: cannot build: {e}"); bad += 1
             continue
         missing = [k for k in ("apiVersion", "kind") if not d.get(k)]
