@@ -162,7 +162,7 @@ test:
 	SUITE_EXPECT=11 $(MAKE) vm-rust
 	SUITE_EXPECT=5 $(MAKE) vm-ofed
 	SUITE_EXPECT=12 $(MAKE) fabric-test-flat
-	SUITE_EXPECT=16 $(MAKE) k8s-test
+	SUITE_EXPECT=18 $(MAKE) k8s-test
 
 # static: tests/check-docs.sh holds deploy.md's size of the shipped binary to the built one.
 validate-manifests: build static
