@@ -30,10 +30,11 @@ import sys
 import yaml
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-WHERE = ("../shared/upstream/README.md (the Network Operator's and nv-ipam's CRDs, taken "
-         "unchanged from github.com/Mellanox/network-operator tag v26.7.0-rc.2, "
+# The release is named once, in tests/validate-manifests.sh; README.md there names the tags.
+WHERE = ("../shared/upstream/README.md (the Network Operator's CRDs, unchanged from "
+         "github.com/Mellanox/network-operator at the release tests/validate-manifests.sh names, "
          "deployment/network-operator/crds/ and its sriov-network-operator chart's crds/, and "
-         "github.com/Mellanox/nvidia-k8s-ipam deploy/crds/)")
+         "nv-ipam's, from github.com/Mellanox/nvidia-k8s-ipam deploy/crds/)")
 
 # What the API server accepts in an object's metadata on create, besides what it sets itself.
 OBJECT_META = {

@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # The examples against a real API server with the upstream CRDs (../shared/upstream/crds, the
-# Network Operator v26.7.0-rc.2's and nv-ipam's; the node sees the host's root, so the path
-# resolves): `kubectl apply --dry-run=server` (field validation Strict, kubectl's default) takes
+# Network Operator's of the release tests/validate-manifests.sh names, and nv-ipam's; the node
+# sees the host's root, so the path resolves): `kubectl apply --dry-run=server` (field validation Strict, kubectl's default) takes
 # every example document whose kind has a CRD there, and `roce-ipvlan validate --strict`, which
 # `make validate-manifests` runs offline against schemas generated from the same CRDs, agrees:
 # it passes the examples, and of the known-bad manifests made only of those kinds it refuses,
