@@ -8,7 +8,9 @@
 #   make vm-test   build, then boot the test VM and run tests/vm/suite
 #   make vm-suite  the VM suite only, with whatever binary ROCE_IPVLAN_BIN points at
 #   make validate-manifests  YAML under deploy/ and examples/ and the chart's renderings: parse,
-#                  Kubernetes schemas, every NAD's config through `roce-ipvlan validate`, each
+#                  Kubernetes schemas, custom resources against schemas generated from the
+#                  upstream CRDs in ../shared/upstream/crds (required), kustomize builds
+#                  (tests/kustomize), every NAD's config through `roce-ipvlan validate`, each
 #                  build checked against what it must hold (tests/validate-manifests.sh); the
 #                  docs' relative links and configuration snippets (tests/check-docs.sh)
 #   make fabric-test  two VMs (hosts a and b, trixie-backports' 7.x kernel, OFED view) wired rail
@@ -73,7 +75,7 @@ ROCE_IPVLAN_BIN ?= $(CURDIR)/target/debug/roce-ipvlan
 export ROCE_IPVLAN_BIN
 
 PACKAGES := $(shell grep -v '^\#' tests/vm/packages.txt)
-SHELL_SCRIPTS := $(wildcard bench/*.sh tools/*.sh tests/*.sh tests/vm/*.sh tests/vm/ofed/*.sh tests/vm/suite/*.sh tests/cnidriver/*.sh tests/k8s/*.sh tests/k8s/suite/*.sh tests/fabric/*.sh tests/fabric/suite/*.sh) tests/vm/init tests/vm/pid1 tests/k8s/suite/probe-ipam .ci/run
+SHELL_SCRIPTS := $(wildcard bench/*.sh tools/*.sh tests/*.sh tests/vm/*.sh tests/vm/ofed/*.sh tests/vm/suite/*.sh tests/cnidriver/*.sh tests/k8s/*.sh tests/k8s/suite/*.sh tests/kustomize/*.sh tests/fabric/*.sh tests/fabric/suite/*.sh) tests/vm/init tests/vm/pid1 tests/k8s/suite/probe-ipam .ci/run
 # The one version source is [workspace.package] version in Cargo.toml; tests/check-version.sh
 # (make lint) checks every other place that names it.
 CARGO_VERSION := $(shell sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)
@@ -162,7 +164,7 @@ test:
 	SUITE_EXPECT=11 $(MAKE) vm-rust
 	SUITE_EXPECT=5 $(MAKE) vm-ofed
 	SUITE_EXPECT=12 $(MAKE) fabric-test-flat
-	SUITE_EXPECT=18 $(MAKE) k8s-test
+	SUITE_EXPECT=20 $(MAKE) k8s-test
 
 # static: tests/check-docs.sh holds deploy.md's size of the shipped binary to the built one.
 validate-manifests: build static

@@ -201,10 +201,10 @@ def check_policy(docs, enabled=True):
     """The admission policies that confine the installer's token (docs/security.md), as
     deploy/base/admission-policy.yaml has them: the chart's copy must not drift from it."""
     import yaml
-    want = {(d["kind"], d["metadata"]["name"]): d["spec"]
+    want = {(d["kind"], d["metadata"]["name"]): _squeeze(d["spec"])
             for d in yaml.safe_load_all(open(POLICY_FILE)) if d}
     kinds = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
-    got = {(d["kind"], d["metadata"]["name"]): d["spec"] for d in docs if d.get("kind") in kinds}
+    got = {(d["kind"], d["metadata"]["name"]): _squeeze(d["spec"]) for d in docs if d.get("kind") in kinds}
     if not enabled:
         return [f"admission policy objects {sorted(got)}, expected none"] if got else []
     errors = []
@@ -218,6 +218,17 @@ def check_policy(docs, enabled=True):
         if key[0] == kinds[1] and spec.get("validationActions") != ["Deny"]:
             errors.append(f"{key[1]}: validationActions {spec.get('validationActions')!r}, expected [Deny]")
     return errors
+
+
+def _squeeze(node):
+    """node with each run of whitespace in its strings made one space. A folded scalar (>-)
+    with a more-indented line reads as "a\n  b" to PyYAML and as "a\n\n  b" to go-yaml
+    (kustomize, Helm's and the API server's parsers); CEL does not mind either."""
+    if isinstance(node, dict):
+        return {k: _squeeze(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_squeeze(v) for v in node]
+    return " ".join(node.split()) if isinstance(node, str) else node
 
 
 def nads(docs):

@@ -6,12 +6,15 @@
 #      (unknown fields refused), with kubernetes-validate, which ships the schemas; so do the
 #      pod templates of MPIJobs and PyTorchJobs (checked as PodTemplates), the Job templates of
 #      JobSets (checked as Jobs) and what each
-#      kustomization builds (deploy/, deploy/openshift/: its patches must apply);
-#   3. custom resources (NetworkAttachmentDefinition, IPPool, CIDRPool, NicClusterPolicy,
-#      NicNodePolicy, MPIJob, PyTorchJob, JobSet) validate against the project's schemas,
-#      tests/schemas/custom-resources.yaml
-#      (unknown fields refused at every level the examples use); a custom kind without a
-#      schema there fails;
+#      kustomization builds with kustomize (tests/kustomize/build.sh; deploy/, deploy/openshift/:
+#      its patches must apply);
+#   3. custom resources validate against JSON Schemas generated from the upstream CRDs'
+#      openAPIV3Schema (tests/crd-schemas.py: NetworkAttachmentDefinition, IPPool, CIDRPool,
+#      NicClusterPolicy, NicNodePolicy and every other CRD under ../shared/upstream/crds;
+#      unknown fields refused as the API server's Strict field validation refuses them; absent
+#      CRDs fail with where to get them), and the kinds no CRD there defines (MPIJob,
+#      PyTorchJob, JobSet, ServiceMonitor) against the project's hand-written schemas,
+#      tests/schemas/custom-resources.yaml; a custom kind with neither fails;
 #   4. `roce-ipvlan validate --strict` over all files as one set: every roce-ipvlan
 #      configuration passes the plugin's own checks, and every workload's attachments match its
 #      RDMA resources and the NicClusterPolicies' offers; warnings fail;
@@ -29,7 +32,8 @@
 #      with the message their "# expect:" line names: the checks above can fail.
 #
 #   tests/validate-manifests.sh [FILE...]     (default: deploy/ and examples/)
-# Environment: ROCE_IPVLAN_BIN (default target/debug/roce-ipvlan), K8S_VERSION (schemas,
+# Environment: ROCE_IPVLAN_BIN (default target/debug/roce-ipvlan), ROCE_IPVLAN_UPSTREAM (the
+# upstream CRDs' parent, default ../shared/upstream), K8S_VERSION (schemas,
 # default 1.36.0, the version the reference clusters run), VALIDATE_VENV (where
 # kubernetes-validate and helm-python-sdk are installed, created on first use from PyPI;
 # default ~/.cache/roce-ipvlan/validate-venv).
@@ -39,6 +43,15 @@ cd "$repo"
 bin=${ROCE_IPVLAN_BIN:-$repo/target/debug/roce-ipvlan}
 k8s=${K8S_VERSION:-1.36.0}
 venv=${VALIDATE_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/roce-ipvlan/validate-venv}
+# The Network Operator release the examples' NicClusterPolicy and NicNodePolicies take their
+# components from (image, repository, version as its hack/release.yaml names them, in
+# ../shared/upstream): named here only; its CRDs are the ones tests/crd-schemas.py reads.
+network_operator_release=v26.7.0-rc.2
+export NETWORK_OPERATOR_RELEASE_FILE=${ROCE_IPVLAN_UPSTREAM:-$repo/../shared/upstream}/network-operator-$network_operator_release-release.yaml
+[[ -r $NETWORK_OPERATOR_RELEASE_FILE ]] || {
+	echo "validate-manifests: $NETWORK_OPERATOR_RELEASE_FILE not found: the upstream files live beside the project, not in it (../shared/upstream/README.md: hack/release.yaml of github.com/Mellanox/network-operator tag $network_operator_release); set ROCE_IPVLAN_UPSTREAM to where they are" >&2
+	exit 1
+}
 # Pinned: a new release may bundle other schema versions and change what passes.
 kv_version=1.37.0
 # Helm v4 as a library (libhelm_c over Helm's Go SDK, in the wheel): renders and lints the
@@ -66,81 +79,64 @@ if [[ $("$venv/bin/python" -c 'import importlib.metadata as m; print(m.version("
 	"$venv/bin/pip" install -q --disable-pip-version-check "helm-python-sdk==$helm_sdk_version"
 fi
 
+# kustomize builds deploy/'s and examples/ kustomizations (the release kubectl 1.36 embeds).
+KUSTOMIZE=$(tests/kustomize/build.sh) || { echo "validate-manifests: cannot build kustomize (tests/kustomize/build.sh)" >&2; exit 1; }
+export KUSTOMIZE
+
 templates=$(mktemp --suffix=.yaml)
 trap 'rm -f "$templates"' EXIT
 
-echo "== parse, custom resources against tests/schemas/custom-resources.yaml (${#files[@]} files)"
+echo "== parse, custom resources against the upstream CRDs' schemas and tests/schemas/custom-resources.yaml (${#files[@]} files)"
 check_files() { # FILE... : parse + custom-resource schemas; pod templates of jobs to $templates
 	"$venv/bin/python" - "$templates" "$@" <<'PY'
-import os, sys, yaml, jsonschema
+import os, subprocess, sys, yaml, jsonschema
 sys.path.insert(0, "tests")
 expectations = __import__("manifest-expectations")
+crd_schemas = __import__("crd-schemas")
+try:
+    generated, _ = crd_schemas.load()
+except crd_schemas.MissingUpstream as e:
+    sys.exit(f"validate-manifests: {e}")
 schemas = yaml.safe_load(open("tests/schemas/custom-resources.yaml"))
+both = set(generated) & set(schemas["kinds"])
+if both:
+    sys.exit(f"validate-manifests: {', '.join(sorted(both))}: an upstream CRD defines it; "
+             "remove its hand-written schema from tests/schemas/custom-resources.yaml")
+# Hand-written schemas refer to their definitions; generated ones are self-contained.
+kind_schemas = {k: dict(v, definitions=schemas["definitions"]) for k, v in schemas["kinds"].items()}
+kind_schemas.update(generated)
 builtin = {"v1", "apps/v1", "batch/v1", "policy/v1", "rbac.authorization.k8s.io/v1",
            "admissionregistration.k8s.io/v1"}
 templates_out, paths = sys.argv[1], sys.argv[2:]
 templates, bad = [], 0
 
-def containers(node):
-    """Every container of an object, at any depth (kustomize's images: does the same)."""
-    if isinstance(node, dict):
-        for key, value in node.items():
-            if key in ("containers", "initContainers") and isinstance(value, list):
-                yield from (c for c in value if isinstance(c, dict))
-            else:
-                yield from containers(value)
-    elif isinstance(node, list):
-        for item in node:
-            yield from containers(item)
+release_file = os.environ["NETWORK_OPERATOR_RELEASE_FILE"]
+release = {}  # image -> [(repository, version)]
+for entry in yaml.safe_load(open(release_file)).values():
+    release.setdefault(entry["image"], []).append((entry["repository"], entry["version"]))
 
-def patch(docs, patches):
-    for p in patches:
-        t = p["target"]
-        for d in (d for d in docs if d["kind"] == t["kind"] and d["metadata"]["name"] == t["name"]):
-            for op in yaml.safe_load(p["patch"]):
-                *parents, last = op["path"].strip("/").split("/")
-                node = d
-                for key in parents:
-                    node = node[int(key)] if isinstance(node, list) else node[key]
-                if isinstance(node, list):
-                    last = int(last)
-                    if op["op"] == "replace":
-                        node[last]  # raises IndexError: kustomize would fail too
-                elif op["op"] == "replace" and last not in node:
-                    raise KeyError(f"{op['path']}: nothing to replace")
-                node[last] = op["value"]
+def release_errors(node, where):
+    """Each Network Operator component (image, repository, version) in an example must be the
+    release's, as its release.yaml names it: the examples name one release, the one above."""
+    if isinstance(node, dict):
+        if "image" in node and "version" in node and isinstance(node["image"], str):
+            have = (node.get("repository"), node["version"])
+            want = release.get(node["image"])
+            if want is None:
+                yield f"{where}: image {node['image']} is not a component of {os.path.basename(release_file)}"
+            elif have not in want:
+                yield (f"{where}: {node['image']} from {have[0]}, version {have[1]}; "
+                       f"{os.path.basename(release_file)} has {', '.join(f'{r}, version {v}' for r, v in want)}")
+        for key, value in node.items():
+            yield from release_errors(value, f"{where}.{key}")
 
 def render(kdir):
-    """What kustomize builds from kdir, for the features deploy/ and examples/ use (resources,
-    components with patches, namespace, images' newName and newTag, inline JSON 6902 patches
-    with add/replace); no kustomize that reads these files is packaged for Debian bookworm.
-    Raises on a patch path that does not exist, and on an overlay that builds on a directory
-    holding it (kustomize refuses that as a cycle)."""
-    k = yaml.safe_load(open(os.path.join(kdir, "kustomization.yaml")))
-    docs = []
-    for r in k.get("resources", []):
-        path = os.path.join(kdir, r)
-        if os.path.isdir(path):
-            if os.path.abspath(kdir).startswith(os.path.abspath(path) + os.sep):
-                raise OSError(f"{r}: kustomize refuses a resource directory that holds the kustomization (cycle)")
-            docs += render(path)
-        else:
-            docs += [d for d in yaml.safe_load_all(open(path)) if d]
-    for c in k.get("components", []):
-        comp = yaml.safe_load(open(os.path.join(kdir, c, "kustomization.yaml")))
-        if comp.get("kind") != "Component":
-            raise TypeError(f"{c} is not a kustomize Component")
-        patch(docs, comp.get("patches", []))
-    for d in docs:
-        if k.get("namespace") and d["kind"] != "Namespace":
-            d["metadata"]["namespace"] = k["namespace"]
-        for c in containers(d):
-            for img in k.get("images", []):
-                name, _, tag = c["image"].partition(":")
-                if name == img["name"]:
-                    c["image"] = f"{img.get('newName', name)}:{img.get('newTag', tag)}"
-    patch(docs, k.get("patches", []))
-    return docs
+    """What kustomize (tests/kustomize/build.sh) builds from kdir; raises OSError with
+    kustomize's message when it cannot build (a patch path that does not exist, a cycle, ...)."""
+    run = subprocess.run([os.environ["KUSTOMIZE"], "build", kdir], capture_output=True, text=True)
+    if run.returncode != 0:
+        raise OSError(run.stderr.strip())
+    return [d for d in yaml.safe_load_all(run.stdout) if d]
 for path in paths:
     try:
         with open(path) as f:
@@ -167,7 +163,7 @@ for path in paths:
                 name = os.path.normpath(os.path.dirname(path) or ".")
                 for e in expectations.check(name, built):
                     print(f"ERROR {path}: built: {e}"); bad += 1
-            except (KeyError, IndexError, TypeError, OSError) as e:
+            except OSError as e:
                 print(f"ERROR {path}: cannot build: {e}"); bad += 1
             continue
         missing = [k for k in ("apiVersion", "kind") if not d.get(k)]
@@ -176,14 +172,18 @@ for path in paths:
         if missing:
             print(f"ERROR {where}: missing {', '.join(missing)}"); bad += 1; continue
         key = f"{d['apiVersion']} {d['kind']}"
-        if key in schemas["kinds"]:
-            schema = dict(schemas["kinds"][key], definitions=schemas["definitions"])
+        if key in kind_schemas:
+            schema = kind_schemas[key]
             errors = sorted(jsonschema.Draft7Validator(schema).iter_errors(d), key=lambda e: list(e.path))
             for e in errors:
                 field = ".".join(str(p) for p in e.path) or "(top)"
                 print(f"ERROR {where} {key}: {field}: {e.message}"); bad += 1
         elif d["apiVersion"] not in builtin:
-            print(f"ERROR {where}: {key} has no schema in tests/schemas/custom-resources.yaml; add one"); bad += 1
+            print(f"ERROR {where}: {key} has no schema: no CRD under ../shared/upstream/crds defines it and "
+                  "tests/schemas/custom-resources.yaml has none; add one there"); bad += 1
+        if d["kind"] in ("NicClusterPolicy", "NicNodePolicy") and os.path.normpath(path).startswith("examples" + os.sep):
+            for e in release_errors(d.get("spec"), f"{where} {d['kind']} spec"):
+                print(f"ERROR {e}"); bad += 1
         for job in (d.get("spec") or {}).get("replicatedJobs") or [] if d["kind"] == "JobSet" else []:
             # A JobSet's replicated job is a Job template: checked as a batch/v1 Job.
             templates.append({"apiVersion": "batch/v1", "kind": "Job",

@@ -510,6 +510,17 @@ spec:
             &last(&[&mixed]),
             "different Network Operator releases"
         ));
+        // One release whose DOCA components carry their own versions (v26.7.0-rc.2's
+        // hack/release.yaml): not a mix.
+        let doca = format!(
+            "{good}  ofedDriver: {{version: doca3.5.0-26.07-0.7.1.0-0}}\n  \
+             docaTelemetryService: {{version: 1.25.5-doca3.4.0-host}}\n"
+        );
+        assert!(
+            matches!(last(&[&doca]), Outcome::Ok(_)),
+            "{:?}",
+            last(&[&doca])
+        );
         let rail = nad("rail0", "", RAIL_NAD);
         let p = pod("rail0", "rdma/rdma_shared_device_a: 1");
         assert!(matches!(last(&[&good, &rail, &p]), Outcome::Ok(_)));

@@ -20,6 +20,9 @@ pub(super) struct NodePolicyInfo {
 /// NicNodePolicies, never both (the Network Operator's admission webhook refuses that).
 const NODE_SECTIONS: &[&str] = &["ofedDriver", "rdmaSharedDevicePlugin", "sriovDevicePlugin"];
 
+/// NicClusterPolicy components whose versions are not the release's tag.
+const OWN_VERSION_SCHEME: &[&str] = &["ofedDriver", "docaTelemetryService"];
+
 /// The Network Operator derives DaemonSet names and label values from a NicNodePolicy's name;
 /// it refuses longer names.
 const NODE_POLICY_NAME_MAX: usize = 30;
@@ -168,9 +171,10 @@ pub(super) fn check_policy(kind: &str, policy: &Value, index: &Index) -> Outcome
             }
         }
     }
-    // The DOCA driver has its own version scheme (e.g. doca3.1.0-25.07-...).
+    // The DOCA driver and the DOCA telemetry service have version schemes of their own (a
+    // release's hack/release.yaml: doca3.5.0-26.07-0.7.1.0-0, 1.25.5-doca3.4.0-host).
     versions.retain(|_, paths| {
-        paths.retain(|p| p != "ofedDriver");
+        paths.retain(|p| !OWN_VERSION_SCHEME.contains(&p.as_str()));
         !paths.is_empty()
     });
     let offered = offered_resources(policy);

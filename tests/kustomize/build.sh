@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Builds kustomize for tests/validate-manifests.sh from tests/kustomize/go.mod (the release
+# kubectl 1.36 embeds, by name from the Go module proxy, go.sum committed), caches it and prints
+# its path. Rebuilt only when go.mod, go.sum or the Go version change (a stamp, as in
+# tests/k8s/build.sh). `make validate-manifests` runs early in `make test`, before the Kubernetes
+# node's build, so it does not wait for that build's kubectl; this one builds in about a minute
+# from cold caches (docs/testing.md).
+#
+#   tests/kustomize/build.sh      build when missing or stale, print the binary's path
+# Environment: ROCE_VM_CACHE (default ~/.cache/roce-ipvlan), GO (a Go 1.26 or newer; default:
+# /usr/local/go/bin/go when it is one, else `go` on PATH).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+bin=${ROCE_VM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/roce-ipvlan}/kustomize
+mkdir -p "$bin"
+exec 9>"$bin/.build.lock"
+flock 9
+
+go=
+for g in ${GO:-} /usr/local/go/bin/go go; do
+	v=$("$g" env GOVERSION 2>/dev/null) || continue
+	v=${v#go}
+	if [[ $(printf '%s\n' 1.26 "${v%%[a-z]*}" | sort -V | head -1) == 1.26 ]]; then go=$g; break; fi
+done
+[[ -n $go ]] || {
+	echo "kustomize/build: no Go 1.26 or newer found (tried GO=${GO:-unset}, /usr/local/go/bin/go, go on PATH); install it or point GO at it" >&2
+	exit 1
+}
+export GOFLAGS=-mod=readonly GOTOOLCHAIN=local CGO_ENABLED=0
+
+want=$(cat "$here/go.mod" "$here/go.sum" | sha256sum | cut -c1-16)-$("$go" env GOVERSION)
+if [[ ! -x $bin/kustomize || ! -f $bin/.stamp || $(cat "$bin/.stamp") != "$want" ]]; then
+	echo "kustomize/build: building kustomize with $("$go" env GOVERSION)" >&2
+	start=$SECONDS
+	(cd "$here" && "$go" build -trimpath -ldflags "-s -w" -o "$bin/kustomize" sigs.k8s.io/kustomize/kustomize/v5)
+	echo "kustomize/build: built in $((SECONDS - start))s" >&2
+	echo "$want" >"$bin/.stamp"
+fi
+echo "$bin/kustomize"
