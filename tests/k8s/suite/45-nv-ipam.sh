@@ -4,7 +4,7 @@
 # pools from): the examples' pool gives the node a block, and the addresses an attachment took
 # return to the node after a force delete, from a pool too small to hide a leak. (The failed-ADD
 # case through the kubelet's sandbox retries is not here yet: its test saw no sandbox event for
-# its pod in 420 s on a loaded machine, unexplained; branch nvipam-failed-add keeps it. The
+# its pod in 420 s on a loaded machine, unexplained; commit e45420f took it out. The
 # rollback's release of IPAM addresses is vm-rust's failpoint tests', with host-local.)
 
 # small_pool NAME SUBNET BLOCK_SIZE: an IPPool of the tests' own (no node selector) in nv-ipam's
