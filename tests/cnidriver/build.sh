@@ -4,15 +4,16 @@
 # dependencies into Go's module cache; after that it builds offline from the caches. The binary
 # is rebuilt only when go.mod, go.sum, the sources or the Go version changed (a stamp beside it,
 # as tests/k8s/build.sh does), so the VM scripts that each call this cost nothing when warm.
-# Environment: ROCE_VM_CACHE (the harness's cache, default ~/.cache/roce-ipvlan), GO (a Go that
-# builds go.mod's go line; default /usr/local/go/bin/go when present, else `go` on PATH).
+# Environment: ROCE_VM_CACHE (the harness's cache, default ~/.cache/roce-ipvlan), GO (a Go 1.26 or
+# newer; default: /usr/local/go/bin/go when it is one, else `go` on PATH).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cache=${ROCE_VM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/roce-ipvlan}
 out=$cache/bin/cnidriver
 mkdir -p "$cache/bin"
-go=${GO:-$(command -v /usr/local/go/bin/go || command -v go)} ||
-	{ echo "cnidriver/build: no Go found (GO, /usr/local/go/bin/go, go on PATH)" >&2; exit 1; }
+# shellcheck source=tests/pick-go.sh
+source "$here/../pick-go.sh"
+go=$(pick_go cnidriver/build)
 # -buildvcs=false: the binary must not change with the repository's commit alone.
 export GOFLAGS="-mod=readonly -buildvcs=false" GOTOOLCHAIN=local CGO_ENABLED=0
 # One build at a time: fabric-test and vm-test start VMs whose run.sh each call this.

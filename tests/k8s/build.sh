@@ -37,22 +37,9 @@ exec 9>"$cache/.build.lock"
 flock 9
 
 # --- Go: the harness needs 1.26 (the go lines of our modules); Debian's golang-go is older. ---
-pick_go() {
-	local g v
-	for g in ${GO:-} /usr/local/go/bin/go go; do
-		command -v "$g" >/dev/null 2>&1 || continue
-		v=$("$g" env GOVERSION 2>/dev/null) || continue
-		v=${v#go}
-		if [[ $(printf '%s\n' 1.26 "${v%%[a-z]*}" | sort -V | head -1) == 1.26 ]]; then
-			echo "$g"
-			return 0
-		fi
-	done
-	echo "k8s/build: no Go 1.26 or newer found (tried GO=${GO:-unset}, /usr/local/go/bin/go, go on PATH);" \
-		"install it or point GO at it" >&2
-	return 1
-}
-go=$(pick_go)
+# shellcheck source=tests/pick-go.sh
+source "$here/../pick-go.sh"
+go=$(pick_go k8s/build)
 export GOFLAGS=-mod=readonly GOTOOLCHAIN=local CGO_ENABLED=0
 
 # build_go MODULE_DIR STAMP_EXTRA PACKAGE... : go build into bin/ when the stamp changed.

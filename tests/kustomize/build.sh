@@ -16,16 +16,9 @@ mkdir -p "$bin"
 exec 9>"$bin/.build.lock"
 flock 9
 
-go=
-for g in ${GO:-} /usr/local/go/bin/go go; do
-	v=$("$g" env GOVERSION 2>/dev/null) || continue
-	v=${v#go}
-	if [[ $(printf '%s\n' 1.26 "${v%%[a-z]*}" | sort -V | head -1) == 1.26 ]]; then go=$g; break; fi
-done
-[[ -n $go ]] || {
-	echo "kustomize/build: no Go 1.26 or newer found (tried GO=${GO:-unset}, /usr/local/go/bin/go, go on PATH); install it or point GO at it" >&2
-	exit 1
-}
+# shellcheck source=tests/pick-go.sh
+source "$here/../pick-go.sh"
+go=$(pick_go kustomize/build)
 export GOFLAGS=-mod=readonly GOTOOLCHAIN=local CGO_ENABLED=0
 
 want=$(cat "$here/go.mod" "$here/go.sum" | sha256sum | cut -c1-16)-$("$go" env GOVERSION)
