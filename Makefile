@@ -120,7 +120,7 @@ STATIC_ANNOTATE_BIN = target/$(RUST_TARGET)/release/roce-ipvlan-annotate
 IMAGE_CONTEXT = target/image/$(RUST_TARGET)
 
 .PHONY: k8s-test demo-k8s k8s-build k8s-build-bg
-.PHONY: build unit lint vm-test vm-rust vm-suite test vm-shell demo deps validate-manifests static static-bin image image-deps image-multiarch image-push image-test fabric-test fabric-test-flat fabric-test-routed6 demo-traffic fuzz fuzz-smoke vm-ofed release release-deps
+.PHONY: k8s-test-nodes build unit lint vm-test vm-rust vm-suite test vm-shell demo deps validate-manifests static static-bin image image-deps image-multiarch image-push image-test fabric-test fabric-test-flat fabric-test-routed6 demo-traffic fuzz fuzz-smoke vm-ofed release release-deps
 
 build:
 	$(CARGO) build --locked -p roce-ipvlan
@@ -165,6 +165,7 @@ test:
 	SUITE_EXPECT=5 $(MAKE) vm-ofed
 	SUITE_EXPECT=12 $(MAKE) fabric-test-flat
 	SUITE_EXPECT=20 $(MAKE) k8s-test
+	SUITE_EXPECT=1 $(MAKE) k8s-test-nodes
 
 # static: tests/check-docs.sh holds deploy.md's size of the shipped binary to the built one.
 validate-manifests: build static
@@ -278,6 +279,12 @@ k8s-build-bg: deps
 
 k8s-test: deps
 	VM_KERNEL=backports VM_RDMA=ofed tests/k8s/run.sh tests/k8s/suite/run.sh
+
+# Two nodes (docs/testing.md, "Two nodes"): the flat fabric's hosts a and b as nodes roce-node
+# and roce-node-b of one cluster, and the suite's test_two_nodes_* tests: RDMA between pods the
+# scheduler put on different nodes, over the wires between the hosts, through the examples' NAD.
+k8s-test-nodes: deps
+	K8S_NODES=2 VM_KERNEL=backports VM_RDMA=ofed tests/k8s/run.sh tests/k8s/suite/run.sh '^test_two_nodes_'
 
 demo-k8s: deps
 	VM_RDMA=ofed tests/k8s/run.sh tests/k8s/demo.sh

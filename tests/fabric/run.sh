@@ -26,6 +26,8 @@
 #                    (text_poke: "Oops: int3" at a function's first bytes, e.g.
 #                    inet_init_ehash_secret in ib_write_bw, sched_clock_idle_wakeup_event in
 #                    early boot), far more often with three VMs on two host cores
+#   FABRIC_SMP_A     CPUs of host a alone (default FABRIC_SMP): tests/k8s/run.sh gives the
+#                    control plane on a two (K8S_NODES=2), as its one-node VM has
 #   ROCE_IPVLAN_BIN, VM_MEM, VM_VERBOSE: as tests/vm/run.sh (all hosts)
 #
 # The wires are QEMU UDP socket netdevs between ports on 127.0.0.1, one per link: no bridge,
@@ -146,9 +148,10 @@ netdevs[b]+=$cluster_b
 
 # boot HOST MAC_BASE RAILS BARE CMD...: one VM of the fabric, its console output in HOST.log
 boot() {
-	local host=$1 mac=$2 vrails=$3 vbare=$4
+	local host=$1 mac=$2 vrails=$3 vbare=$4 smp=${FABRIC_SMP:-1}
 	shift 4
-	VM_NAME=$host VM_MAC_BASE=$mac VM_SMP=${FABRIC_SMP:-1} VM_RAILS=$vrails VM_BARE_NICS=$vbare VM_PEERS=0 \
+	[[ $host == a ]] && smp=${FABRIC_SMP_A:-$smp}
+	VM_NAME=$host VM_MAC_BASE=$mac VM_SMP=$smp VM_RAILS=$vrails VM_BARE_NICS=$vbare VM_PEERS=0 \
 		VM_NETDEVS=${netdevs[$host]} VM_FABRIC_SHARE=$share \
 		VM_TIMEOUT=$((timeout + 120)) "$repo/tests/vm/run.sh" "$@"
 }

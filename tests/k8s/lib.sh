@@ -2,7 +2,12 @@
 # Helpers for code running on the Kubernetes test node (sourced by tests/k8s/node.sh, and by
 # the scripts it runs: `source "$K8S_LIB"`). Nothing here runs on the host.
 #
-#   daemon NAME ARGS...          start bin/NAME in the background, its log in $K8S_LOGS/NAME.log
+#   daemon [--restart] NAME ARGS...
+#                                start bin/NAME in the background, its log in $K8S_LOGS/NAME.log
+#                                (with --restart, started again whenever it exits)
+#   node_host, node_containerd, node_kubelet, node_railpf
+#                                a node's own side, on the first node (node.sh) and on the
+#                                second (worker.sh): below
 #   wait_for SECS WHAT CMD...    retry CMD (quietly) once a second until it succeeds or SECS pass
 #   node_ready                   the node's Ready condition is True
 #   install_multus               Multus thin from the module's own daemonset manifest
@@ -18,10 +23,21 @@
 K8S_LIB=${BASH_SOURCE[0]}
 export K8S_LIB
 
-daemon() {
-	local name=$1
+daemon() { # daemon [--restart] NAME ARGS...
+	local restart=0 name
+	[[ $1 == --restart ]] && { restart=1; shift; }
+	name=$1
 	shift
-	setsid "$name" "$@" >>"$K8S_LOGS/$name.log" 2>&1 </dev/null &
+	if ((restart)); then
+		# Restarted when it exits, as a kubelet restarts a static pod's container: kube-apiserver
+		# exits when a start-up hook misses its deadline on a slow machine (a control plane on one
+		# TCG CPU beside another VM: 'PostStartHook "start-service-ip-repair-controllers" failed').
+		# shellcheck disable=SC2016 # expanded by that shell
+		setsid bash -c 'while :; do "$@"; echo "daemon: $0 exited $?, restarting in 2 s"; sleep 2; done' \
+			"$name" "$name" "$@" >>"$K8S_LOGS/$name.log" 2>&1 </dev/null &
+	else
+		setsid "$name" "$@" >>"$K8S_LOGS/$name.log" 2>&1 </dev/null &
+	fi
 	echo $! >"$K8S_LOGS/$name.pid"
 }
 
@@ -38,8 +54,141 @@ wait_for() { # wait_for SECS WHAT CMD...
 	return 1
 }
 
-node_ready() {
-	[[ $(kubectl get node "$K8S_NODE" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}') == True ]]
+# --- a node's own side (node.sh on the first node, worker.sh on the second) -----------------
+K8S_DIR=/run/k8s
+
+# node_host NAME IP POD_CIDR: the host as kubelet needs it. Its hostname; IP on a dummy NIC
+# unless one of its NICs has it already (the cluster link of a two-node cluster), so the rails
+# stay the rails; cgroup v2 with its controllers delegated; shared mounts; stores on a
+# filesystem overlayfs can use as its upper layer (the root is itself an overlay); Debian's
+# reference plugins in /opt/cni/bin (Multus and roce-ipvlan are installed there by their
+# DaemonSets) and the cluster network, a bridge with host-local IPAM in POD_CIDR.
+node_host() {
+	local name=$1 ip=$2 cidr=$3 c controllers d
+	hostname "$name"
+	if ! ip -4 -o addr show | grep -q " inet $ip/"; then
+		ip link add k8snode type dummy
+		ip addr add "$ip/24" dev k8snode
+		ip link set k8snode up
+	fi
+	mountpoint -q /sys/fs/cgroup || mount -t cgroup2 none /sys/fs/cgroup
+	read -r -a controllers </sys/fs/cgroup/cgroup.controllers
+	for c in "${controllers[@]}"; do echo "+$c" >/sys/fs/cgroup/cgroup.subtree_control 2>/dev/null || true; done
+	mount --make-rshared /
+	for d in /var/lib/containerd /var/lib/kubelet /var/log/pods /var/lib/etcd; do
+		mkdir -p "$d" && mount -t tmpfs tmpfs "$d"
+	done
+	mount --make-rshared /var/lib/kubelet
+	mkdir -p /opt/cni/bin /etc/cni/net.d /var/lib/cni "$K8S_DIR"
+	ln -s /usr/lib/cni/* /opt/cni/bin/
+	cat >/etc/cni/net.d/10-podnet.conflist <<EOF
+{
+  "cniVersion": "1.0.0",
+  "name": "podnet",
+  "plugins": [
+    {
+      "type": "bridge",
+      "bridge": "cni0",
+      "isGateway": true,
+      "ipam": { "type": "host-local", "ranges": [[{ "subnet": "$cidr" }]], "routes": [{ "dst": "0.0.0.0/0" }] }
+    }
+  ]
+}
+EOF
+}
+
+# node_containerd: containerd (its runc shim running runc) and the node's image registry:
+# registry "localhost" is tests/k8s/registry.py on 127.0.0.1:5000, serving what build.sh built,
+# so pods pull localhost/... images as they would pull from any registry, whatever their policy.
+# Pulls every image in the background (K8S_PULLS: that job's PID, for `wait`).
+node_containerd() {
+	local certs=$K8S_DIR/certs.d
+	cat >"$K8S_DIR/containerd.toml" <<EOF
+version = 3
+root = "/var/lib/containerd"
+state = "/run/containerd"
+[grpc]
+  address = "/run/containerd/containerd.sock"
+[plugins.'io.containerd.cri.v1.images']
+  snapshotter = "overlayfs"
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = "localhost/pause:roce-ipvlan"
+  [plugins.'io.containerd.cri.v1.images'.registry]
+    config_path = "$certs"
+[plugins.'io.containerd.cri.v1.runtime']
+  [plugins.'io.containerd.cri.v1.runtime'.containerd]
+    default_runtime_name = "runc"
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+        BinaryName = "$K8S_CACHE/bin/runc"
+        SystemdCgroup = false
+  [plugins.'io.containerd.cri.v1.runtime'.cni]
+    bin_dirs = ["/opt/cni/bin"]
+    conf_dir = "/etc/cni/net.d"
+EOF
+	mkdir -p "$certs/localhost"
+	cat >"$certs/localhost/hosts.toml" <<'TOML'
+server = "http://127.0.0.1:5000"
+[host."http://127.0.0.1:5000"]
+  capabilities = ["pull", "resolve"]
+TOML
+	daemon registry.py "$K8S_CACHE/registry" 5000
+	daemon containerd --config "$K8S_DIR/containerd.toml"
+	wait_for 120 "containerd to answer" ctr version || return 1
+	wait_for 60 "the image registry to answer" python3 -c 'import urllib.request; urllib.request.urlopen("http://127.0.0.1:5000/v2/")' || return 1
+	# Now, while the API server starts (the pods would pull them later anyway).
+	pull_images >"$K8S_LOGS/pull.log" 2>&1 &
+	# shellcheck disable=SC2034 # the caller waits for it
+	K8S_PULLS=$!
+}
+pull_images() {
+	local d r tag
+	for d in "$K8S_CACHE"/registry/*/; do
+		r=$(basename "$d")
+		for tag in $(jq -r '.manifests[].annotations["org.opencontainers.image.ref.name"] // empty' "$d/index.json"); do
+			[[ $tag == rollout ]] && continue # pulled when the rollout test rolls it out
+			ctr -n k8s.io images pull --hosts-dir "$K8S_DIR/certs.d" "localhost/$r:$tag" >/dev/null || return 1
+		done
+	done
+}
+
+# node_kubelet NAME IP KUBECONFIG CA: kubelet registering the node NAME with address IP
+node_kubelet() {
+	cat >"$K8S_DIR/kubelet.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+authentication:
+  anonymous: { enabled: false }
+  webhook: { enabled: false }
+  x509: { clientCAFile: $4 }
+authorization: { mode: AlwaysAllow }
+cgroupDriver: cgroupfs
+containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
+failSwapOn: false
+resolvConf: ""
+serializeImagePulls: false
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard: { memory.available: "50Mi", nodefs.available: "1%", imagefs.available: "1%" }
+syncFrequency: 10s
+fileCheckFrequency: 5s
+nodeStatusUpdateFrequency: 10s
+EOF
+	daemon kubelet --config "$K8S_DIR/kubelet.yaml" --kubeconfig "$3" --hostname-override "$1" --node-ip "$2" --v=1
+}
+
+# node_railpf: every rail's RDMA devices as rdma/rdma_shared_device_a, as the RDMA shared device
+# plugin offers them (tests/k8s/go/railpf): the real one cannot see Soft-RoCE (docs/testing.md).
+# The rails by PCI address, nvidia.com/hostdev, come from the real SR-IOV network device plugin.
+node_railpf() {
+	wait_for 120 "kubelet's device-plugin socket" test -S /var/lib/kubelet/device-plugins/kubelet.sock || return 1
+	modprobe rdma_ucm # /dev/infiniband/rdma_cm, for RDMA CM in the pods
+	daemon railpf -netdevs 'rdma*' -shared rdma/rdma_shared_device_a
+}
+
+node_ready() { # node_ready [NODE]: the node's (default K8S_NODE's) Ready condition is True
+	[[ $(kubectl get node "${1:-$K8S_NODE}" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}') == True ]]
 }
 
 daemonsets_ready() { # every DaemonSet's pods Ready; every 30 s the pods' state on stderr

@@ -12,6 +12,13 @@
 # boundary, so the VM needs no network to the host. The API server listens on 443 on all
 # addresses and the `kubernetes` Service's ClusterIP (10.96.0.1) sits on lo: host-network pods
 # (Multus, its kubeconfig) reach the API through the Service address without a kube-proxy.
+#
+# K8S_NODES=2: this VM is host a of a flat fabric (tests/fabric/run.sh; tests/k8s/run.sh boots
+# it so) and its node is the first of two. The second, roce-node-b, is host b: once b's
+# certificate is made here, `on b tests/k8s/worker.sh` starts its containerd, kubelet and
+# railpf, and its kubelet joins this API server over the fabric's cluster link (eth0,
+# 10.88.0.1 here, 10.88.0.2 there). Each node's pods are in a /24 of its own (10.244.1.0/24
+# here, 10.244.2.0/24 on b) that the fabric routes to the other over that link.
 set -euo pipefail
 cache=${1:?usage: node.sh CACHE SCRIPT [ARGS...]}
 shift
@@ -24,6 +31,20 @@ pki=$k8s/pki
 mkdir -p "$logs" "$pki"
 export PATH=$bin:$here:$PATH KUBECONFIG=$k8s/admin.kubeconfig
 export K8S_NODE=roce-node K8S_NODE_IP=172.31.0.10 K8S_LOGS=$logs K8S_CACHE=$cache
+pod_cidr=10.244.0.0/24
+nodes=("$K8S_NODE")
+if [[ ${K8S_NODES:-1} == 2 ]]; then
+	[[ $FABRIC_HOST == a && $FABRIC_LAYOUT == flat ]] ||
+		{ echo "node: K8S_NODES=2 needs host a of a flat fabric (tests/k8s/run.sh boots it)" >&2; exit 2; }
+	# shellcheck source=tests/fabric/lib.sh
+	source "$FABRIC_LIB"
+	export K8S_NODE_IP=10.88.0.1 K8S_NODE_B=roce-node-b K8S_NODE_B_IP=10.88.0.2
+	pod_cidr=10.244.1.0/24
+	nodes+=("$K8S_NODE_B")
+elif [[ ${K8S_NODES:-1} != 1 ]]; then
+	echo "node: K8S_NODES must be 1 or 2, not '$K8S_NODES'" >&2
+	exit 2
+fi
 # shellcheck source=tests/k8s/lib.sh
 source "$here/lib.sh"
 
@@ -49,46 +70,21 @@ bringup_failed() {
 			kubectl -n "$ns" get pod "$pod" \
 				-o jsonpath='{range .status.containerStatuses[*]}{.name}: {.lastState}{"\n"}{end}' >&2 || true
 		done
+	if ((${#nodes[@]} == 2)); then
+		echo "--- node $K8S_NODE_B (host b): worker.sh, then each log's last lines" >&2
+		cat "$logs/worker-b.log" >&2 2>/dev/null || true
+		# shellcheck disable=SC2016 # expanded on b
+		on b bash -c 'for f in /run/k8s/logs/*.log; do echo "--- b: ${f##*/}"; tail -n 15 "$f" | cut -c1-600; done' >&2 || true
+	fi
 }
 trap bringup_failed ERR
 # wait_for silences what it runs; progress reports go to fd 3 (daemonsets_ready).
 exec 3>&2
 
 # --- the node's host side -------------------------------------------------------------------
-hostname "$K8S_NODE"
-# The node's address on a dummy NIC (the rails stay the rails), the Service VIP on lo.
-ip link add k8snode type dummy
-ip addr add "$K8S_NODE_IP/24" dev k8snode
-ip link set k8snode up
+node_host "$K8S_NODE" "$K8S_NODE_IP" "$pod_cidr"
+# The kubernetes Service's ClusterIP on lo: host-network pods reach the API server there.
 ip addr add 10.96.0.1/32 dev lo
-# kubelet needs cgroup v2 with its controllers delegated, shared mounts, and stores on a
-# filesystem overlayfs can use as its upper layer (the root is itself an overlay).
-mountpoint -q /sys/fs/cgroup || mount -t cgroup2 none /sys/fs/cgroup
-read -r -a controllers </sys/fs/cgroup/cgroup.controllers
-for c in "${controllers[@]}"; do echo "+$c" >/sys/fs/cgroup/cgroup.subtree_control 2>/dev/null || true; done
-mount --make-rshared /
-for d in /var/lib/containerd /var/lib/kubelet /var/log/pods /var/lib/etcd; do
-	mkdir -p "$d" && mount -t tmpfs tmpfs "$d"
-done
-mount --make-rshared /var/lib/kubelet
-# The node's CNI: Debian's reference plugins in /opt/cni/bin (Multus and roce-ipvlan are
-# installed there by their DaemonSets), the cluster network a bridge with host-local IPAM.
-mkdir -p /opt/cni/bin /etc/cni/net.d /var/lib/cni
-ln -s /usr/lib/cni/* /opt/cni/bin/
-cat >/etc/cni/net.d/10-podnet.conflist <<'EOF'
-{
-  "cniVersion": "1.0.0",
-  "name": "podnet",
-  "plugins": [
-    {
-      "type": "bridge",
-      "bridge": "cni0",
-      "isGateway": true,
-      "ipam": { "type": "host-local", "ranges": [[{ "subnet": "10.244.0.0/24" }]], "routes": [{ "dst": "0.0.0.0/0" }] }
-    }
-  ]
-}
-EOF
 
 # --- PKI: one CA, ECDSA keys (fast under TCG) ------------------------------------------------
 step "certificates"
@@ -135,6 +131,18 @@ EOF
 }
 kubeconfig admin admin
 kubeconfig node node
+if ((${#nodes[@]} == 2)); then
+	# Node b's identity and kubeconfig, handed over in the fabric's shared folder; b starts
+	# now so that its images are pulled while the API server here comes up.
+	cert node-b "/O=system:nodes/CN=system:node:$K8S_NODE_B" "DNS:$K8S_NODE_B,IP:$K8S_NODE_B_IP"
+	mkdir -p "$FABRIC_SHARE/k8s"
+	cp "$pki/ca.crt" "$pki/node-b.crt" "$pki/node-b.key" "$FABRIC_SHARE/k8s/"
+	sed "s#$pki/#$FABRIC_SHARE/k8s/#g" "$k8s/node.kubeconfig" |
+		sed "s#/node\.\(crt\|key\)#/node-b.\1#g" >"$FABRIC_SHARE/k8s/node-b.kubeconfig"
+	on b bash "$here/worker.sh" "$cache" "$K8S_NODE_B" "$K8S_NODE_B_IP" 10.244.2.0/24 "$K8S_NODE_IP" \
+		"$FABRIC_SHARE/k8s" >"$logs/worker-b.log" 2>&1 &
+	worker_b=$!
+fi
 kubeconfig controller-manager controller-manager
 kubeconfig scheduler scheduler
 
@@ -143,7 +151,7 @@ step "etcd, kube-apiserver, containerd, the registry, kubelet"
 daemon etcd --data-dir /var/lib/etcd --listen-client-urls http://127.0.0.1:2379 \
 	--advertise-client-urls http://127.0.0.1:2379 --listen-peer-urls http://127.0.0.1:2380 \
 	--unsafe-no-fsync --log-level warn
-daemon kube-apiserver --etcd-servers http://127.0.0.1:2379 --secure-port 443 \
+daemon --restart kube-apiserver --etcd-servers http://127.0.0.1:2379 --secure-port 443 \
 	--advertise-address "$K8S_NODE_IP" --service-cluster-ip-range 10.96.0.0/24 \
 	--client-ca-file "$pki/ca.crt" --tls-cert-file "$pki/apiserver.crt" --tls-private-key-file "$pki/apiserver.key" \
 	--kubelet-client-certificate "$pki/admin.crt" --kubelet-client-key "$pki/admin.key" \
@@ -155,80 +163,9 @@ daemon kube-apiserver --etcd-servers http://127.0.0.1:2379 --secure-port 443 \
 	--requestheader-extra-headers-prefix X-Remote-Extra- \
 	--authorization-mode Node,RBAC --allow-privileged=true --enable-priority-and-fairness=false \
 	--profiling=false --v=1
-# --- containerd and the images ---------------------------------------------------------------
-cat >"$k8s/containerd.toml" <<EOF
-version = 3
-root = "/var/lib/containerd"
-state = "/run/containerd"
-[grpc]
-  address = "/run/containerd/containerd.sock"
-[plugins.'io.containerd.cri.v1.images']
-  snapshotter = "overlayfs"
-  [plugins.'io.containerd.cri.v1.images'.pinned_images]
-    sandbox = "localhost/pause:roce-ipvlan"
-  [plugins.'io.containerd.cri.v1.images'.registry]
-    config_path = "$k8s/certs.d"
-[plugins.'io.containerd.cri.v1.runtime']
-  [plugins.'io.containerd.cri.v1.runtime'.containerd]
-    default_runtime_name = "runc"
-    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
-        BinaryName = "$bin/runc"
-        SystemdCgroup = false
-  [plugins.'io.containerd.cri.v1.runtime'.cni]
-    bin_dirs = ["/opt/cni/bin"]
-    conf_dir = "/etc/cni/net.d"
-EOF
-# Registry "localhost" is tests/k8s/registry.py on 127.0.0.1:5000, serving what build.sh built:
-# pods pull localhost/... images as they would pull from any registry, whatever their policy.
-mkdir -p "$k8s/certs.d/localhost"
-cat >"$k8s/certs.d/localhost/hosts.toml" <<'TOML'
-server = "http://127.0.0.1:5000"
-[host."http://127.0.0.1:5000"]
-  capabilities = ["pull", "resolve"]
-TOML
-daemon registry.py "$cache/registry" 5000
-daemon containerd --config "$k8s/containerd.toml"
-wait_for 120 "containerd to answer" ctr version
-wait_for 60 "the image registry to answer" python3 -c 'import urllib.request; urllib.request.urlopen("http://127.0.0.1:5000/v2/")'
-# Pull the images now, while the API server starts (the pods would pull them later anyway).
-pull_images() {
-	local d r tag
-	for d in "$cache"/registry/*/; do
-		r=$(basename "$d")
-		for tag in $(jq -r '.manifests[].annotations["org.opencontainers.image.ref.name"] // empty' "$d/index.json"); do
-			[[ $tag == rollout ]] && continue # pulled when the rollout test rolls it out
-			ctr -n k8s.io images pull --hosts-dir "$k8s/certs.d" "localhost/$r:$tag" >/dev/null || return 1
-		done
-	done
-}
-pull_images >"$logs/pull.log" 2>&1 &
-pulls=$!
-
-# --- kubelet --------------------------------------------------------------------------------
-cat >"$k8s/kubelet.yaml" <<EOF
-apiVersion: kubelet.config.k8s.io/v1beta1
-kind: KubeletConfiguration
-authentication:
-  anonymous: { enabled: false }
-  webhook: { enabled: false }
-  x509: { clientCAFile: $pki/ca.crt }
-authorization: { mode: AlwaysAllow }
-cgroupDriver: cgroupfs
-containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
-failSwapOn: false
-resolvConf: ""
-serializeImagePulls: false
-imageGCHighThresholdPercent: 100
-imageGCLowThresholdPercent: 99
-evictionHard: { memory.available: "50Mi", nodefs.available: "1%", imagefs.available: "1%" }
-syncFrequency: 10s
-fileCheckFrequency: 5s
-nodeStatusUpdateFrequency: 10s
-EOF
-daemon kubelet --config "$k8s/kubelet.yaml" --kubeconfig "$k8s/node.kubeconfig" \
-	--hostname-override "$K8S_NODE" --node-ip "$K8S_NODE_IP" --v=1
+# --- containerd and the images; kubelet ------------------------------------------------------
+node_containerd
+node_kubelet "$K8S_NODE" "$K8S_NODE_IP" "$k8s/node.kubeconfig" "$pki/ca.crt"
 wait_for 900 "the API server to be ready" kubectl get --raw /readyz
 step "kube-controller-manager, kube-scheduler"
 daemon kube-controller-manager --kubeconfig "$k8s/controller-manager.kubeconfig" \
@@ -241,20 +178,19 @@ daemon kube-scheduler --kubeconfig "$k8s/scheduler.kubeconfig" \
 	--authentication-kubeconfig "$k8s/scheduler.kubeconfig" \
 	--authorization-kubeconfig "$k8s/scheduler.kubeconfig" --leader-elect=false --profiling=false --v=1
 
-wait_for 300 "the node to register" kubectl get node "$K8S_NODE"
-wait "$pulls" || { cat "$logs/pull.log" >&2; false; }
-# What Node Feature Discovery labels a node with a Mellanox/NVIDIA PCI function (vendor 15b3):
-# the installer's node selector.
-kubectl label node "$K8S_NODE" feature.node.kubernetes.io/pci-15b3.present=true >/dev/null
-# What the GPU Operator's feature discovery labels a GPU node with: the node selector of the
-# examples' nv-ipam pools (examples/a100-ippool.yaml), so the node gets a block of them.
-kubectl label node "$K8S_NODE" nvidia.com/gpu.present=true >/dev/null
-# Every rail's RDMA devices as rdma/rdma_shared_device_a, as the RDMA shared device plugin
-# offers them (tests/k8s/go/railpf): the real one cannot see Soft-RoCE (docs/testing.md). The
-# rails by PCI address, nvidia.com/hostdev, come from the real SR-IOV network device plugin below.
-wait_for 120 "kubelet's device-plugin socket" test -S /var/lib/kubelet/device-plugins/kubelet.sock
-modprobe rdma_ucm # /dev/infiniband/rdma_cm, for RDMA CM in the pods
-daemon railpf -netdevs 'rdma*' -shared rdma/rdma_shared_device_a
+if ((${#nodes[@]} == 2)); then
+	wait "$worker_b" || { echo "node: worker.sh failed on host b:" >&2; cat "$logs/worker-b.log" >&2; false; }
+fi
+for n in "${nodes[@]}"; do
+	wait_for 300 "node $n to register" kubectl get node "$n"
+	# What Node Feature Discovery labels a node with a Mellanox/NVIDIA PCI function (vendor
+	# 15b3): the installer's node selector. What the GPU Operator's feature discovery labels a
+	# GPU node with: the node selector of the examples' nv-ipam pools (examples/a100-ippool.yaml),
+	# so the node gets a block of them.
+	kubectl label node "$n" feature.node.kubernetes.io/pci-15b3.present=true nvidia.com/gpu.present=true >/dev/null
+done
+wait "$K8S_PULLS" || { cat "$logs/pull.log" >&2; false; }
+node_railpf
 
 # --- Multus thin, nv-ipam and roce-ipvlan, as users install them ----------------------------
 step "Multus thin, nv-ipam, the SR-IOV network device plugin, roce-ipvlan's installer DaemonSet"
@@ -262,7 +198,7 @@ install_multus
 install_nv_ipam
 install_sriovdp
 kubectl apply -k "$here/manifests/installer" >/dev/null
-wait_for 300 "the node to be Ready" node_ready
+for n in "${nodes[@]}"; do wait_for 300 "node $n to be Ready" node_ready "$n"; done
 wait_for 600 "Multus's, nv-ipam's, sriovdp's and roce-ipvlan's DaemonSets to be ready" daemonsets_ready
 # nv-ipam's controller gives nodes their blocks of each pool: a pool applied by SCRIPT must
 # get one, so the controller is up (and has its leader lease) before SCRIPT runs.
@@ -274,13 +210,15 @@ wait_for 120 "ipam-node's CNI in /opt/cni/bin and its socket" \
 # selectors as they are: K8S_SRIOVDP_SELECTORS=example).
 hostdevs=$(find /sys/class/net -maxdepth 1 -name 'rdma*' | wc -l)
 [[ ${K8S_SRIOVDP_SELECTORS:-} == example ]] && hostdevs=0
-wait_for 120 "the node to offer the rails' devices ($hostdevs nvidia.com/hostdev)" bash -c \
-	"kubectl get node $K8S_NODE -o json | jq -e '.status.allocatable |
-		(.\"rdma/rdma_shared_device_a\" // \"0\" | tonumber > 0) and (.\"nvidia.com/hostdev\" // \"0\" | tonumber == $hostdevs)'"
+for n in "${nodes[@]}"; do
+	wait_for 120 "node $n to offer the rails' devices ($hostdevs nvidia.com/hostdev)" bash -c \
+		"kubectl get node $n -o json | jq -e '.status.allocatable |
+			(.\"rdma/rdma_shared_device_a\" // \"0\" | tonumber > 0) and (.\"nvidia.com/hostdev\" // \"0\" | tonumber == $hostdevs)'"
+done
 # 00-multus.conflist when the default network's file is a 1.0.0 conflist, else 00-multus.conf.
 wait_for 120 "Multus's configuration" compgen -G '/etc/cni/net.d/00-multus.conf*'
 
-step "cluster ready; running $*"
+step "cluster of ${#nodes[@]} node(s) ready; running $*"
 trap - ERR
 
 set +e

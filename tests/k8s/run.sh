@@ -28,6 +28,15 @@
 # Environment: everything tests/vm/run.sh reads (VM_KERNEL=backports, VM_RDMA=ofed, VM_RAILS,
 # VM_TIMEOUT, ...), and VM_MEM (default 6144 here: a control plane needs more than the 1 GiB of
 # the plain VM tests).
+#   K8S_NODES=2   two nodes, two VMs: the flat fabric of tests/fabric/run.sh (its hosts a and b,
+#                 rail i of both on one wire of its own, the 7.x kernel and its NIC-like rxe)
+#                 with node roce-node on a (the control plane, SCRIPT runs there) and node
+#                 roce-node-b on b (tests/k8s/worker.sh), both with every DaemonSet above.
+#                 SCRIPT may also source "$FABRIC_LIB" (`on b CMD`: b's side of a check) and
+#                 finds b's node name in K8S_NODE_B. Each host has the rails rdma0..rdma3 only
+#                 (no ens1f0np0, no bare NIC); a has two CPUs, b one (FABRIC_SMP_A,
+#                 FABRIC_SMP). The suite's tests for two nodes are test_two_nodes_*
+#                 (tests/k8s/suite/run.sh).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
@@ -48,5 +57,15 @@ cache=$("$here/build.sh")
 # the node itself gets it from the installer image.
 ROCE_IPVLAN_BIN=$repo/$(make -s --no-print-directory -C "$repo" static-bin)
 export ROCE_IPVLAN_BIN
-VM_MEM=${VM_MEM:-6144} VM_TIMEOUT=${VM_TIMEOUT:-2400} \
-	exec "$repo/tests/vm/run.sh" bash "$here/node.sh" "$cache" bash "$script" "$@"
+case ${K8S_NODES:-1} in
+1)
+	VM_MEM=${VM_MEM:-6144} VM_TIMEOUT=${VM_TIMEOUT:-2400} \
+		exec "$repo/tests/vm/run.sh" bash "$here/node.sh" "$cache" bash "$script" "$@"
+	;;
+2)
+	export K8S_NODES
+	VM_MEM=${VM_MEM:-6144} FABRIC_LAYOUT=flat FABRIC_TIMEOUT=${VM_TIMEOUT:-2400} FABRIC_SMP_A=${FABRIC_SMP_A:-2} \
+		exec "$repo/tests/fabric/run.sh" "$here/node.sh" "$cache" bash "$script" "$@"
+	;;
+*) echo "run.sh: K8S_NODES must be 1 or 2, not '$K8S_NODES'" >&2; exit 2 ;;
+esac

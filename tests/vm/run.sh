@@ -123,8 +123,8 @@ done
 	echo "export VM_RAILS=$(printf %q "$rails") VM_BARE_NICS=$(printf %q "$bare") VM_VERBOSE=$(printf %q "${VM_VERBOSE:-}") VM_PEERS=$peers"
 	echo "export VM_MAC_BASE=$mac_base VM_NAME=$(printf %q "${VM_NAME:-}")"
 	# The concurrency suite's size (80-concurrency.sh), the suite runner's count and shard, and
-	# the k8s node's sriovdp selectors (tests/k8s/lib.sh, install_sriovdp).
-	for v in CONC_PODS CONC_ROUNDS SUITE_EXPECT SUITE_FILES K8S_SRIOVDP_SELECTORS; do [[ -n ${!v:-} ]] && echo "export $v=$(printf %q "${!v}")"; done
+	# the k8s node's sriovdp selectors (tests/k8s/lib.sh, install_sriovdp) and its node count.
+	for v in CONC_PODS CONC_ROUNDS SUITE_EXPECT SUITE_FILES K8S_SRIOVDP_SELECTORS K8S_NODES; do [[ -n ${!v:-} ]] && echo "export $v=$(printf %q "${!v}")"; done
 	printf 'cd %q\n' "$repo"
 	printf 'exec bash %q' "$here/guest.sh"
 	printf ' %q' "$@"
