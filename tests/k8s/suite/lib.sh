@@ -199,7 +199,8 @@ children_count() { # ipvlan children in any netns of the node
 	n=$(ip -d -o link show type ipvlan 2>/dev/null | wc -l)
 	for ns in /run/netns/*; do
 		[[ -e $ns ]] || continue
-		n=$((n + $(ip -n "$(basename "$ns")" -d -o link show type ipvlan 2>/dev/null | wc -l)))
+		# A sandbox's namespace may go between the glob and ip (pipefail): it holds none then.
+		n=$((n + $(ip -n "$(basename "$ns")" -d -o link show type ipvlan 2>/dev/null | wc -l || true)))
 	done
 	echo "$n"
 }
