@@ -75,7 +75,7 @@ ROCE_IPVLAN_BIN ?= $(CURDIR)/target/debug/roce-ipvlan
 export ROCE_IPVLAN_BIN
 
 PACKAGES := $(shell grep -v '^\#' tests/vm/packages.txt)
-SHELL_SCRIPTS := $(wildcard bench/*.sh tools/*.sh tests/*.sh tests/vm/*.sh tests/vm/ofed/*.sh tests/vm/suite/*.sh tests/cnidriver/*.sh tests/k8s/*.sh tests/k8s/suite/*.sh tests/kustomize/*.sh tests/fabric/*.sh tests/fabric/suite/*.sh) tests/vm/init tests/vm/pid1 tests/k8s/suite/probe-ipam .ci/run
+SHELL_SCRIPTS := $(wildcard bench/*.sh tools/*.sh tests/*.sh tests/vm/*.sh tests/vm/ofed/*.sh tests/vm/suite/*.sh tests/cnidriver/*.sh tests/k8s/*.sh tests/k8s/suite/*.sh tests/kustomize/*.sh tests/fabric/*.sh tests/fabric/suite/*.sh) tests/vm/init tests/vm/pid1 tests/k8s/suite/probe-ipam tests/k8s/suite/probe-nv-ipam .ci/run
 # The one version source is [workspace.package] version in Cargo.toml; tests/check-version.sh
 # (make lint) checks every other place that names it.
 CARGO_VERSION := $(shell sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)
@@ -164,7 +164,7 @@ test:
 	SUITE_EXPECT=11 $(MAKE) vm-rust
 	SUITE_EXPECT=5 $(MAKE) vm-ofed
 	SUITE_EXPECT=12 $(MAKE) fabric-test-flat
-	SUITE_EXPECT=20 $(MAKE) k8s-test
+	SUITE_EXPECT=21 $(MAKE) k8s-test
 	SUITE_EXPECT=1 $(MAKE) k8s-test-nodes
 
 # static: tests/check-docs.sh holds deploy.md's size of the shipped binary to the built one.

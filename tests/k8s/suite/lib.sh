@@ -115,7 +115,7 @@ probe_ipam() {
 	jq -cn --arg subnet "${RAIL_SUBNET:-$RAIL_NET.0.0/16}" \
 		'{ipam: {type: "probe-ipam", ranges: [[{subnet: $subnet}]]}, timeouts: {totalMs: 120000, ipamMs: 110000}}'
 }
-probe_ipam_remove() { rm -rf /opt/cni/bin/probe-ipam /opt/cni/bin/roce-ipvlan-before-rollout /run/k8s-test; }
+probe_ipam_remove() { rm -rf /opt/cni/bin/probe-ipam /opt/cni/bin/probe-nv-ipam /opt/cni/bin/roce-ipvlan-before-rollout /run/k8s-test; }
 
 # networks_on_rails NAD RAIL...: the pod annotation attaching NAD once per rail (net1, net2, ...)
 networks_on_rails() {
@@ -199,9 +199,30 @@ children_count() { # ipvlan children in any netns of the node
 	n=$(ip -d -o link show type ipvlan 2>/dev/null | wc -l)
 	for ns in /run/netns/*; do
 		[[ -e $ns ]] || continue
-		n=$((n + $(ip -n "$(basename "$ns")" -d -o link show type ipvlan 2>/dev/null | wc -l)))
+		# A sandbox's namespace may go between the glob and ip (pipefail): it holds none then.
+		n=$((n + $(ip -n "$(basename "$ns")" -d -o link show type ipvlan 2>/dev/null | wc -l || true)))
 	done
 	echo "$n"
+}
+
+# pod_debug POD: on stderr, what tells a pod that never got far (no sandbox, no event) from one
+# that did: its node, phase and conditions, its events, and what the scheduler, the kubelet and
+# containerd logged about it.
+pod_debug() {
+	local logs=${K8S_LOGS:-/run/k8s/logs} uid
+	{
+		echo "--- $1: node, phase, conditions"
+		kubectl get pod "$1" -o json | jq -c '{node: .spec.nodeName, phase: .status.phase,
+			conditions: [.status.conditions[]? | {type, status, reason, lastTransitionTime}]}'
+		echo "--- $1: events"
+		kubectl get events --field-selector "involvedObject.name=$1" --no-headers | cut -c1-400 | tail -n 6
+		uid=$(kubectl get pod "$1" -o jsonpath='{.metadata.uid}')
+		echo "--- kube-scheduler.log (the last lines, and those naming $1)"
+		tail -n 5 "$logs/kube-scheduler.log"
+		grep -h "$1" "$logs/kube-scheduler.log" | tail -n 5
+		echo "--- kubelet.log and containerd.log naming $1 or its uid $uid"
+		grep -hE "$1|${uid:-$1}" "$logs/kubelet.log" "$logs/containerd.log" | tail -n 12
+	} 2>&1 | cut -c1-500 >&2
 }
 
 cleanup_k8s() { # delete what a test made in default (pods first: their DEL needs the NADs)
