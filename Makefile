@@ -75,7 +75,7 @@ ROCE_IPVLAN_BIN ?= $(CURDIR)/target/debug/roce-ipvlan
 export ROCE_IPVLAN_BIN
 
 PACKAGES := $(shell grep -v '^\#' tests/vm/packages.txt)
-SHELL_SCRIPTS := $(wildcard bench/*.sh tools/*.sh tests/*.sh tests/vm/*.sh tests/vm/ofed/*.sh tests/vm/suite/*.sh tests/cnidriver/*.sh tests/k8s/*.sh tests/k8s/suite/*.sh tests/kustomize/*.sh tests/fabric/*.sh tests/fabric/suite/*.sh) tests/vm/init tests/vm/pid1 tests/k8s/suite/probe-ipam .ci/run
+SHELL_SCRIPTS := $(wildcard bench/*.sh tools/*.sh tests/*.sh tests/vm/*.sh tests/vm/ofed/*.sh tests/vm/suite/*.sh tests/cnidriver/*.sh tests/k8s/*.sh tests/k8s/suite/*.sh tests/kustomize/*.sh tests/helm/*.sh tests/fabric/*.sh tests/fabric/suite/*.sh) tests/vm/init tests/vm/pid1 tests/k8s/suite/probe-ipam .ci/run
 # The one version source is [workspace.package] version in Cargo.toml; tests/check-version.sh
 # (make lint) checks every other place that names it.
 CARGO_VERSION := $(shell sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)
