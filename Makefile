@@ -49,6 +49,8 @@
 #                  chart package, the kustomize bundles, CycloneDX SBOMs and SHA256SUMS, checked
 #                  (tools/release.sh, docs/deploy.md#install-a-release); make release-deps installs
 #                  what it needs (rustup targets, apt-get, cargo install); not part of make test
+#   make release-test  make release, then that folder installed on the Kubernetes node from its
+#                  files alone: image archive into containerd, helm install of the chart package
 #   make vm-shell  interactive shell in the VM, rails and rxe devices set up
 #   make demo      on the OFED view: a pod without attachments reads zero GIDs; attached to 4
 #                  Soft-RoCE rails it reads its own at the reported indexes; detach
@@ -75,7 +77,7 @@ ROCE_IPVLAN_BIN ?= $(CURDIR)/target/debug/roce-ipvlan
 export ROCE_IPVLAN_BIN
 
 PACKAGES := $(shell grep -v '^\#' tests/vm/packages.txt)
-SHELL_SCRIPTS := $(wildcard bench/*.sh tools/*.sh tests/*.sh tests/vm/*.sh tests/vm/ofed/*.sh tests/vm/suite/*.sh tests/cnidriver/*.sh tests/k8s/*.sh tests/k8s/suite/*.sh tests/kustomize/*.sh tests/fabric/*.sh tests/fabric/suite/*.sh) tests/vm/init tests/vm/pid1 tests/k8s/suite/probe-ipam tests/k8s/suite/probe-nv-ipam .ci/run
+SHELL_SCRIPTS := $(wildcard bench/*.sh tools/*.sh tests/*.sh tests/vm/*.sh tests/vm/ofed/*.sh tests/vm/suite/*.sh tests/cnidriver/*.sh tests/k8s/*.sh tests/k8s/suite/*.sh tests/kustomize/*.sh tests/helm/*.sh tests/fabric/*.sh tests/fabric/suite/*.sh) tests/vm/init tests/vm/pid1 tests/k8s/suite/probe-ipam tests/k8s/suite/probe-nv-ipam .ci/run
 # The one version source is [workspace.package] version in Cargo.toml; tests/check-version.sh
 # (make lint) checks every other place that names it.
 CARGO_VERSION := $(shell sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)
@@ -120,7 +122,7 @@ STATIC_ANNOTATE_BIN = target/$(RUST_TARGET)/release/roce-ipvlan-annotate
 IMAGE_CONTEXT = target/image/$(RUST_TARGET)
 
 .PHONY: k8s-test demo-k8s k8s-build k8s-build-bg
-.PHONY: k8s-test-nodes build unit lint vm-test vm-rust vm-suite test vm-shell demo deps validate-manifests static static-bin image image-deps image-multiarch image-push image-test fabric-test fabric-test-flat fabric-test-routed6 demo-traffic fuzz fuzz-smoke vm-ofed release release-deps
+.PHONY: k8s-test-nodes build unit lint vm-test vm-rust vm-suite test vm-shell demo deps validate-manifests static static-bin image image-deps image-multiarch image-push image-test fabric-test fabric-test-flat fabric-test-routed6 demo-traffic fuzz fuzz-smoke vm-ofed release release-deps release-test
 
 build:
 	$(CARGO) build --locked -p roce-ipvlan
@@ -164,7 +166,7 @@ test:
 	SUITE_EXPECT=11 $(MAKE) vm-rust
 	SUITE_EXPECT=5 $(MAKE) vm-ofed
 	SUITE_EXPECT=12 $(MAKE) fabric-test-flat
-	SUITE_EXPECT=21 $(MAKE) k8s-test
+	SUITE_EXPECT=22 $(MAKE) k8s-test
 	SUITE_EXPECT=1 $(MAKE) k8s-test-nodes
 
 # static: tests/check-docs.sh holds deploy.md's size of the shipped binary to the built one.
@@ -229,6 +231,12 @@ release:
 # C cross compiler and qemu-user-static, skopeo (apt-get, as root), cargo-cyclonedx (cargo install).
 release-deps:
 	$(RELEASE_ENV) tools/release.sh deps
+
+# That folder installed on the Kubernetes node from its files alone (tests/k8s/release-test.sh:
+# the image archive imported into containerd, the chart package through suite/85-helm.sh's
+# test). Not part of make test either: a second boot of the node (docs/testing.md).
+release-test: deps release
+	VM_KERNEL=backports VM_RDMA=ofed tests/k8s/run.sh tests/k8s/release-test.sh dist/roce-ipvlan-$(VERSION)
 
 image-test: deps image
 	IMAGE_BUILDER=$(IMAGE_BUILDER) IMAGE_PLATFORM=$(IMAGE_PLATFORM) tests/image-test.sh $(IMAGE) $(STATIC_BIN) $(STATIC_ANNOTATE_BIN)

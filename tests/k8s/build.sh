@@ -7,7 +7,7 @@
 #            kubernetes), etcd (go.etcd.io/etcd/server/v3), containerd, ctr and the runc shim
 #            (containerd/v2), runc (opencontainers/runc, with libseccomp), multus,
 #            thin_entrypoint, install_multus, passthru-cni (multus-cni.v4), railpf (our device
-#            plugin offering the rails by PCI address, tests/k8s/go/railpf)
+#            plugin offering the rails by PCI address, tests/k8s/go/railpf), helm (tests/helm)
 #   registry/  container images as OCI image layouts, one folder per repository, which
 #            tests/k8s/registry.py serves to the node's containerd as registry "localhost": the
 #            pause image, Multus thin, the roce-ipvlan installer image (make image), a changed
@@ -81,6 +81,11 @@ build_go multus "-s -w" gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/multus \
 	gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/passthru-cni
 # The rails' device plugin (stands in for the SR-IOV network device plugin, which the proxy refuses).
 build_go railpf "-s -w" roce-ipvlan.test/k8s/railpf
+# helm for the chart test (suite/85-helm.sh): its own go.mod and cache (tests/helm/build.sh).
+helm=$("$here/../helm/build.sh")
+if ! cmp -s "$helm" "$bin/helm"; then
+	cp "$helm" "$bin/helm.tmp" && mv -f "$bin/helm.tmp" "$bin/helm"
+fi
 mkdir -p "$cache/manifests"
 cp "$(cd "$here/go/multus" && "$go" list -m -f '{{.Dir}}' gopkg.in/k8snetworkplumbingwg/multus-cni.v4)/deployments/multus-daemonset.yml" \
 	"$cache/manifests/multus-daemonset.yml"
