@@ -167,7 +167,6 @@ test:
 	SUITE_EXPECT=5 $(MAKE) vm-ofed
 	SUITE_EXPECT=12 $(MAKE) fabric-test-flat
 	SUITE_EXPECT=22 $(MAKE) k8s-test
-	SUITE_EXPECT=1 $(MAKE) k8s-test-nodes
 
 # static: tests/check-docs.sh holds deploy.md's size of the shipped binary to the built one.
 validate-manifests: build static
@@ -291,6 +290,8 @@ k8s-test: deps
 # Two nodes (docs/testing.md, "Two nodes"): the flat fabric's hosts a and b as nodes roce-node
 # and roce-node-b of one cluster, and the suite's test_two_nodes_* tests: RDMA between pods the
 # scheduler put on different nodes, over the wires between the hosts, through the examples' NAD.
+# Not in make test yet: on this 2-core machine one run takes about 25 min (the cluster ready
+# after 569 s, the pods' sandboxes minutes more), beyond make test's budget.
 k8s-test-nodes: deps
 	K8S_NODES=2 VM_KERNEL=backports VM_RDMA=ofed tests/k8s/run.sh tests/k8s/suite/run.sh '^test_two_nodes_'
 

@@ -261,7 +261,7 @@ runs = {
     "fuzz-smoke": len(re.findall(r"(?m)^\[\[bin\]\]", read("fuzz/Cargo.toml"))),
     # fabric-test-flat: FABRIC_LAYOUT=flat, VM_RDMA=ofed; k8s-test: VM_RDMA=ofed
     "fabric-test-flat": sum(1 for t in suite_tests("fabric") if not t.startswith("test_routed6_")),
-    "k8s-test": sum(1 for t in suite_tests("k8s") if not t.startswith("test_upstream_")),
+    "k8s-test": sum(1 for t in suite_tests("k8s") if not t.startswith(("test_upstream_", "test_two_nodes_"))),
 }
 test_rule = re.search(r"(?ms)^test:\n(.*?)\n\n", mk).group(1)
 expect = {t: n for n, t in re.findall(r"SUITE_EXPECT=(\d+) \$\(MAKE\) ([\w-]+)", test_rule)}

@@ -43,21 +43,34 @@ spec:
 YAML
 }
 
-# rank_rail POD RAIL: "DEVICE GID_INDEX ADDRESS" of the pod's child on rail RAIL (net1rRAIL):
-# the device and index from the ifalias ADD wrote, the address from the child, and the GID at
-# that index, read in the pod, must be that address's RoCE v2 GID.
-rank_rail() {
-	local pod=$1 ifn=net1r$2 alias kv dev="" port="" idx="" addr
-	alias=$(in_pod "$pod" cat "/sys/class/net/$ifn/ifalias")
-	for kv in $alias; do
-		case $kv in rdma_dev=*) dev=${kv#*=} ;; port=*) port=${kv#*=} ;; gid_index=*) idx=${kv#*=} ;; esac
-	done
-	[[ -n $dev && -n $port && -n $idx ]] || fail "$pod/$ifn's ifalias names no RDMA device, port and GID index: '$alias'"
-	addr=$(in_pod "$pod" ip -4 -o addr show dev "$ifn" scope global | awk '{split($4, a, "/"); print a[1]; exit}')
-	[[ -n $addr ]] || fail "$pod/$ifn has no IPv4 address"
-	assert_eq "$(in_pod "$pod" cat "/sys/class/infiniband/$dev/ports/$port/gids/$idx")" "$(gid_of_ipv4 "$addr")" \
-		"GID $dev/$port/$idx read in $pod (its ifalias: '$alias')"
-	echo "$dev $idx $addr"
+# rank_rails POD: one line per rail i, "i DEVICE GID_INDEX ADDRESS GID", read in the pod in one
+# exec (each exec is seconds under TCG): the device and index from the ifalias ADD wrote on
+# net1r<i>, the child's address, and the GID the pod reads at that index.
+rank_rails() {
+	# shellcheck disable=SC2016 # expanded in the pod
+	in_pod "$1" sh -c 'for i in 0 1 2 3; do
+		ifn=net1r$i dev="" port="" idx=""
+		for kv in $(cat /sys/class/net/$ifn/ifalias); do
+			case $kv in rdma_dev=*) dev=${kv#*=} ;; port=*) port=${kv#*=} ;; gid_index=*) idx=${kv#*=} ;; esac
+		done
+		addr=$(ip -4 -o addr show dev $ifn scope global | awk "{split(\$4, a, \"/\"); print a[1]; exit}")
+		echo "$i ${dev:--} ${idx:--} ${addr:--} $(cat /sys/class/infiniband/$dev/ports/$port/gids/$idx 2>/dev/null || echo -)"
+	done'
+}
+
+# perf_all POD ARGS_0 ARGS_1 ARGS_2 ARGS_3: ib_write_bw with each rail's ARGS at once in POD, in
+# one exec; prints each one's output after "== rail I exit RC".
+perf_all() {
+	local pod=$1
+	shift
+	# shellcheck disable=SC2016 # expanded in the pod
+	in_pod "$pod" sh -c 'i=0
+		for args in "$@"; do
+			(timeout 300 ib_write_bw $args >/tmp/bw-$i.log 2>&1; echo $? >/tmp/bw-$i.rc) &
+			i=$((i + 1))
+		done
+		wait
+		for i in 0 1 2 3; do echo "== rail $i exit $(cat /tmp/bw-$i.rc)"; cat /tmp/bw-$i.log; done' perf "$@"
 }
 
 # rails_bytes HOST DIR: "b0 b1 b2 b3", the byte counters (tx or rx) of HOST's rails rdma0..rdma3
@@ -69,47 +82,51 @@ rails_bytes() {
 test_two_nodes_roce_every_rail_between_pods_on_two_nodes() {
 	# shellcheck source=tests/fabric/lib.sh
 	source "$FABRIC_LIB"
-	local n pod cli="" srv="" i dev_c idx_c addr_c dev_s idx_s addr_s srv_ip pids=() cpids=() rc
-	local a0 a1 b0 b1 da db want=$((PAIR_SIZE * PAIR_ITERS)) cli_args=()
+	local n pod cli="" srv="" i srv_ip rails_c rails_s dev idx addr gid srv_args=() cli_args=() out_s out_c rc
+	local a0 a1 b0 b1 da db want=$((PAIR_SIZE * PAIR_ITERS)) common="-s $PAIR_SIZE -n $PAIR_ITERS -F"
 	kubectl apply -f "$ROCE_REPO/examples/a100-ippool.yaml" >/dev/null
 	example_nad examples/pod-16-rails-one-nad.yaml rdma-all-rails
 	rank_pod rank0
 	rank_pod rank1
 	for pod in rank0 rank1; do
-		wait_pod_ready "$pod" 420 || { kubectl describe pod "$pod" | tail -n 15; fail "pod $pod is not Ready"; }
+		wait_pod_ready "$pod" 600 || { kubectl describe pod "$pod" | tail -n 15; fail "pod $pod is not Ready"; }
 		n=$(kubectl get pod "$pod" -o jsonpath='{.spec.nodeName}')
 		note "$pod on $n, cluster address $(kubectl get pod "$pod" -o jsonpath='{.status.podIP}')"
 		case $n in "$K8S_NODE") cli=$pod ;; "$K8S_NODE_B") srv=$pod ;; esac
 	done
 	[[ -n $cli && -n $srv ]] || fail "the anti-affine pods are not one on each node: $(kubectl get pods -o wide --no-headers | tr '\n' ';')"
 	srv_ip=$(kubectl get pod "$srv" -o jsonpath='{.status.podIP}')
+	rails_s=$(rank_rails "$srv")
+	rails_c=$(rank_rails "$cli")
+	for pod in "$srv" "$cli"; do
+		[[ $pod == "$srv" ]] && out_s=$rails_s || out_s=$rails_c
+		while read -r i dev idx addr gid; do
+			[[ $dev != - && $idx != - && $addr != - ]] || fail "$pod/net1r$i: no RDMA device, GID index or address from its ifalias and child: '$dev $idx $addr'"
+			assert_eq "$gid" "$(gid_of_ipv4 "$addr")" "GID $dev/$idx read in $pod (net1r$i's ifalias names it; its address $addr)"
+			note "$pod net1r$i: $addr, $dev GID $idx"
+			if [[ $pod == "$srv" ]]; then
+				srv_args[i]="-d $dev -x $idx $common -p $((PAIR_PORT + i))"
+			else
+				cli_args[i]="-d $dev -x $idx $common -p $((PAIR_PORT + i)) $srv_ip"
+			fi
+		done <<<"$out_s"
+	done
 	read -r -a a0 <<<"$(rails_bytes a tx)"
 	read -r -a b0 <<<"$(rails_bytes b rx)"
+	perf_all "$srv" "${srv_args[@]}" >/tmp/pair-srv.log 2>&1 &
+	local spid=$!
+	sleep 10 # the servers listen on their out-of-band ports
+	rc=0
+	perf_all "$cli" "${cli_args[@]}" >/tmp/pair-cli.log 2>&1 || rc=$?
+	((rc == 0)) || fail "kubectl exec of the clients in $cli exited $rc: $(tail -n 8 /tmp/pair-cli.log | tr '\n' ' ')"
+	wait "$spid" || fail "kubectl exec of the servers in $srv failed: $(tail -n 8 /tmp/pair-srv.log | tr '\n' ' ')"
 	for i in 0 1 2 3; do
-		read -r dev_s idx_s addr_s <<<"$(rank_rail "$srv" "$i")"
-		read -r dev_c idx_c addr_c <<<"$(rank_rail "$cli" "$i")"
-		note "rail $i: $cli $addr_c ($dev_c GID $idx_c) -> $srv $addr_s ($dev_s GID $idx_s)"
-		in_pod "$srv" timeout 120 ib_write_bw -d "$dev_s" -x "$idx_s" -s "$PAIR_SIZE" -n "$PAIR_ITERS" -F \
-			-p $((PAIR_PORT + i)) >"/tmp/pair-srv-$i.log" 2>&1 &
-		pids+=($!)
-		cli_args[i]="-d $dev_c -x $idx_c"
-	done
-	sleep 5 # the servers listen on their out-of-band ports
-	for i in 0 1 2 3; do
-		# shellcheck disable=SC2086 # cli_args: words
-		in_pod "$cli" timeout 120 ib_write_bw ${cli_args[i]} -s "$PAIR_SIZE" -n "$PAIR_ITERS" -F \
-			-p $((PAIR_PORT + i)) "$srv_ip" >"/tmp/pair-cli-$i.log" 2>&1 &
-		cpids+=($!)
-	done
-	for i in 0 1 2 3; do
-		rc=0
-		wait "${cpids[i]}" || rc=$?
-		((rc == 0)) || fail "ib_write_bw in $cli on rail $i exited $rc: $(tail -n 6 "/tmp/pair-cli-$i.log" | tr '\n' ' ')"
-		rc=0
-		wait "${pids[i]}" || rc=$?
-		((rc == 0)) || fail "ib_write_bw in $srv on rail $i exited $rc: $(tail -n 6 "/tmp/pair-srv-$i.log" | tr '\n' ' ')"
-		grep -qE "^ *$PAIR_SIZE +$PAIR_ITERS " "/tmp/pair-cli-$i.log" || fail "no result line on rail $i: $(cat "/tmp/pair-cli-$i.log")"
-		note "rail $i: $(grep -E "^ *$PAIR_SIZE +$PAIR_ITERS " "/tmp/pair-cli-$i.log" | awk '{print $4 " MB/s average"}')"
+		for pod in "$cli" "$srv"; do
+			[[ $pod == "$cli" ]] && out_c=/tmp/pair-cli.log || out_c=/tmp/pair-srv.log
+			grep -q "^== rail $i exit 0$" "$out_c" ||
+				fail "ib_write_bw in $pod on rail $i: $(sed -n "/^== rail $i /,/^== rail/p" "$out_c" | tail -n 8 | tr '\n' ' ')"
+		done
+		note "rail $i: $(sed -n "/^== rail $i /,/^== rail/p" /tmp/pair-cli.log | grep -E "^ *$PAIR_SIZE +$PAIR_ITERS " | awk '{print $4 " MB/s average"}')"
 	done
 	read -r -a a1 <<<"$(rails_bytes a tx)"
 	read -r -a b1 <<<"$(rails_bytes b rx)"
