@@ -11,22 +11,6 @@
 # /usr/local/go/bin/go when it is one, else `go` on PATH).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-bin=${ROCE_VM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/roce-ipvlan}/kustomize
-mkdir -p "$bin"
-exec 9>"$bin/.build.lock"
-flock 9
-
 # shellcheck source=tests/pick-go.sh
 source "$here/../pick-go.sh"
-go=$(pick_go kustomize/build)
-export GOFLAGS=-mod=readonly GOTOOLCHAIN=local CGO_ENABLED=0
-
-want=$(cat "$here/go.mod" "$here/go.sum" | sha256sum | cut -c1-16)-$("$go" env GOVERSION)
-if [[ ! -x $bin/kustomize || ! -f $bin/.stamp || $(cat "$bin/.stamp") != "$want" ]]; then
-	echo "kustomize/build: building kustomize with $("$go" env GOVERSION)" >&2
-	start=$SECONDS
-	(cd "$here" && "$go" build -trimpath -ldflags "-s -w" -o "$bin/kustomize" sigs.k8s.io/kustomize/kustomize/v5)
-	echo "kustomize/build: built in $((SECONDS - start))s" >&2
-	echo "$want" >"$bin/.stamp"
-fi
-echo "$bin/kustomize"
+go_tool_build kustomize "$here" sigs.k8s.io/kustomize/kustomize/v5
