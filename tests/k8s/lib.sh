@@ -230,36 +230,7 @@ patches:
         path: /spec/template/spec/containers/0/resources/limits/memory
         value: 512Mi
 EOF
-	[[ ${K8S_NODES:-1} == 2 ]] && multus_api_proxies "$dir"
 	kubectl apply -k "$dir" >/dev/null
-}
-
-# multus_api_proxies DIR (two nodes): Multus thin gives each GET of the pod 250 ms and all of them
-# 2.5 s (GetPod, pkg/multus/multus.go), and each CNI call is a new process with a new TLS
-# connection to the API server; on the second node under TCG a handshake alone takes longer, so
-# every ADD there failed ("error waiting for pod: context deadline exceeded"). Each node gets a
-# `kubectl proxy` on 127.0.0.1:8001, which keeps its connection to the API server open, and
-# Multus's kubeconfig points at it (the thin entrypoint writes it from KUBERNETES_SERVICE_*;
-# the patch added to DIR's kustomization sets them). The proxies speak with the admin's
-# credentials: a test cluster's stand-in, not a deployment's.
-multus_api_proxies() {
-	local share=$FABRIC_SHARE/k8s
-	cp "$K8S_DIR/pki/admin.crt" "$K8S_DIR/pki/admin.key" "$share/"
-	sed "s#$K8S_DIR/pki/#$share/#g" "$KUBECONFIG" >"$share/admin.kubeconfig"
-	daemon kubectl proxy --address 127.0.0.1 --port 8001 --kubeconfig "$share/admin.kubeconfig"
-	# shellcheck disable=SC2016 # expanded on b
-	on b bash -c 'setsid "$0" proxy --address 127.0.0.1 --port 8001 --kubeconfig "$1" >>/run/k8s/logs/kubectl-proxy.log 2>&1 </dev/null &' \
-		"$K8S_CACHE/bin/kubectl" "$share/admin.kubeconfig"
-	cat >>"$1/kustomization.yaml" <<'EOF'
-  - target: { kind: DaemonSet, name: kube-multus-ds }
-    patch: |
-      - op: add
-        path: /spec/template/spec/containers/0/env
-        value:
-          - { name: KUBERNETES_SERVICE_PROTOCOL, value: http }
-          - { name: KUBERNETES_SERVICE_HOST, value: 127.0.0.1 }
-          - { name: KUBERNETES_SERVICE_PORT, value: "8001" }
-EOF
 }
 
 # nv-ipam (tests/k8s/manifests/nv-ipam: upstream's no-webhook overlay of the tree build.sh
