@@ -11,6 +11,8 @@
 #                           IPv4 with flat, its SLAAC address with routed6
 #   fabric_mac HOST RAIL    the MAC of HOST's rail NIC RAIL (a pod's IPvlan child shares it)
 #   fabric_prefix HOST RAIL routed6: the /64 of HOST's segment of rail RAIL (2001:db8:a:0::/64)
+#   rail_bytes HOST DIR     "b0 b1 b2 b3": the byte counters (DIR tx or rx) of HOST's rail NICs;
+#   rail_packets HOST DIR   the same in packets
 #   fabric_pod_range HOST   flat: "FIRST LAST" of 172.16.0.0/16 that no host address uses, for
 #                           HOST's pods (a: 172.16.1.1-172.16.1.254, b: 172.16.2.1-...)
 #   fabric_pod_network NETNS  gives the netns (on this host) the cluster network: eth0, a veth
@@ -58,6 +60,13 @@ fabric_pod_range() { # fabric_pod_range HOST
 	local n
 	n=$(fabric_host_number "$1") || return
 	echo "172.16.$n.1 172.16.$n.254"
+}
+
+rail_bytes() { rail_counters "$1" "$2" bytes; }
+rail_packets() { rail_counters "$1" "$2" packets; }
+rail_counters() { # rail_counters HOST DIR UNIT
+	# shellcheck disable=SC2016 # expanded on the host
+	on "$1" bash -c 'for r in $FABRIC_RAILS; do printf "%s " "$(cat /sys/class/net/$r/statistics/$0_$1)"; done' "$2" "$3"
 }
 
 # on HOST CMD...: a request is a script in $FABRIC_SHARE/req/HOST/ (written whole, then

@@ -92,21 +92,9 @@ child_addr() {
 		awk '{split($4, a, "/"); print a[1]; exit}'
 }
 
-# rail_bytes HOST DIR: "b0 b1 b2 b3", the byte counters (tx or rx) of HOST's rail NICs
-rail_bytes() {
-	# shellcheck disable=SC2016 # expanded on the host
-	on "$1" bash -c 'for r in $FABRIC_RAILS; do printf "%s " "$(cat /sys/class/net/$r/statistics/$0_bytes)"; done' "$2"
-}
-
 # fabric_pods: the pods of this layout on every rail (flat_pods or routed_pods)
 fabric_pods() {
 	if [[ $FABRIC_LAYOUT == flat ]]; then flat_pods '{}'; else routed_pods ''; fi
-}
-
-# rail_packets HOST DIR: "p0 p1 p2 p3", the packet counters (tx or rx) of HOST's rail NICs
-rail_packets() {
-	# shellcheck disable=SC2016 # expanded on the host
-	on "$1" bash -c 'for r in $FABRIC_RAILS; do printf "%s " "$(cat /sys/class/net/$r/statistics/$0_packets)"; done' "$2"
 }
 
 # routed_pods [placeholder]: pod A and pod B on every rail by SLAAC from the rail router, one

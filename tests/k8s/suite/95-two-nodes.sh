@@ -13,34 +13,15 @@ PAIR_SIZE=65536
 PAIR_ITERS=100
 PAIR_PORT=18515
 
-# rank_pod NAME: one rank of the pair (label roce-ipvlan.test/pair=ranks), on every rail
+# rank_pod NAME: one rank of the pair, on every rail: testpod with the label
+# roce-ipvlan.test/pair=ranks and a required anti-affinity to the other pods with that label
 rank_pod() {
-	kubectl apply -f - >/dev/null <<YAML
-apiVersion: v1
-kind: Pod
-metadata:
-  name: $1
-  labels: { roce-ipvlan.test/pair: ranks }
-  annotations:
-    k8s.v1.cni.cncf.io/networks: rdma-all-rails
-spec:
-  terminationGracePeriodSeconds: 1
-  affinity:
-    podAntiAffinity:
-      requiredDuringSchedulingIgnoredDuringExecution:
-        - labelSelector: { matchLabels: { roce-ipvlan.test/pair: ranks } }
-          topologyKey: kubernetes.io/hostname
-  containers:
-    - name: main
-      image: $TESTPOD_IMAGE
-      imagePullPolicy: IfNotPresent
-      command: ["sleep", "infinity"]
-      resources:
-        requests: { rdma/rdma_shared_device_a: 1 }
-        limits: { rdma/rdma_shared_device_a: 1 }
-      securityContext:
-        capabilities: { add: ["IPC_LOCK"] }
-YAML
+	testpod_yaml "$1" rdma-all-rails | kubectl create --dry-run=client -o json -f - |
+		jq '.metadata.labels["roce-ipvlan.test/pair"] = "ranks"
+			| .spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution = [{
+				labelSelector: {matchLabels: {"roce-ipvlan.test/pair": "ranks"}},
+				topologyKey: "kubernetes.io/hostname"}]' |
+		kubectl apply -f - >/dev/null
 }
 
 # rank_rails POD: one line per rail i, "i DEVICE GID_INDEX ADDRESS GID", read in the pod in one
@@ -71,12 +52,6 @@ perf_all() {
 		done
 		wait
 		for i in 0 1 2 3; do echo "== rail $i exit $(cat /tmp/bw-$i.rc)"; cat /tmp/bw-$i.log; done' perf "$@"
-}
-
-# rails_bytes HOST DIR: "b0 b1 b2 b3", the byte counters (tx or rx) of HOST's rails rdma0..rdma3
-rails_bytes() {
-	# shellcheck disable=SC2016 # expanded on the host
-	on "$1" bash -c 'for r in rdma0 rdma1 rdma2 rdma3; do printf "%s " "$(cat /sys/class/net/$r/statistics/$0_bytes)"; done' "$2"
 }
 
 test_two_nodes_roce_every_rail_between_pods_on_two_nodes() {
@@ -111,8 +86,8 @@ test_two_nodes_roce_every_rail_between_pods_on_two_nodes() {
 			fi
 		done <<<"$out_s"
 	done
-	read -r -a a0 <<<"$(rails_bytes a tx)"
-	read -r -a b0 <<<"$(rails_bytes b rx)"
+	read -r -a a0 <<<"$(rail_bytes a tx)"
+	read -r -a b0 <<<"$(rail_bytes b rx)"
 	perf_all "$srv" "${srv_args[@]}" >/tmp/pair-srv.log 2>&1 &
 	local spid=$!
 	sleep 10 # the servers listen on their out-of-band ports
@@ -128,8 +103,8 @@ test_two_nodes_roce_every_rail_between_pods_on_two_nodes() {
 		done
 		note "rail $i: $(sed -n "/^== rail $i /,/^== rail/p" /tmp/pair-cli.log | grep -E "^ *$PAIR_SIZE +$PAIR_ITERS " | awk '{print $4 " MB/s average"}')"
 	done
-	read -r -a a1 <<<"$(rails_bytes a tx)"
-	read -r -a b1 <<<"$(rails_bytes b rx)"
+	read -r -a a1 <<<"$(rail_bytes a tx)"
+	read -r -a b1 <<<"$(rail_bytes b rx)"
 	for i in 0 1 2 3; do
 		da=$((a1[i] - a0[i])) db=$((b1[i] - b0[i]))
 		note "rail $i: node $K8S_NODE rdma$i tx +$da bytes, node $K8S_NODE_B rdma$i rx +$db bytes (one flow: $want)"

@@ -131,9 +131,10 @@ networks_on_rails() {
 
 # testpod NAME NETWORKS_ANNOTATION [NAMESPACE]: a pod on the test-pod image, attached as asked,
 # with the devices TESTPOD_DEVICES names (default: every rail's RDMA devices, /dev/infiniband, as
-# the examples' pods get them).
-testpod() {
-	kubectl apply -f - >/dev/null <<YAML
+# the examples' pods get them). testpod_yaml prints it without applying it.
+testpod() { testpod_yaml "$@" | kubectl apply -f - >/dev/null; }
+testpod_yaml() {
+	cat <<YAML
 apiVersion: v1
 kind: Pod
 metadata:
