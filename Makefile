@@ -165,7 +165,7 @@ test:
 	$(MAKE) k8s-build-bg
 	SUITE_EXPECT=11 $(MAKE) vm-rust
 	SUITE_EXPECT=5 $(MAKE) vm-ofed
-	SUITE_EXPECT=12 $(MAKE) fabric-test-flat
+	SUITE_EXPECT=14 $(MAKE) fabric-test-flat
 	SUITE_EXPECT=22 $(MAKE) k8s-test
 
 # static: tests/check-docs.sh holds deploy.md's size of the shipped binary to the built one.
@@ -258,7 +258,7 @@ vm-ofed: deps build static
 # on the OFED view of the 7.x kernel with the shipped binary. Flat runs the whole suite; routed6
 # only its own tests (FABRIC_ROUTED6_TESTS): the tests of both layouts (UCX through env --exec,
 # the OFED symptom) prove nothing more behind the router, and its run is the longer one. make
-# test expects 12 tests on flat (SUITE_EXPECT); fabric-test-routed6 holds routed6 to its own
+# test expects 14 tests on flat (SUITE_EXPECT); fabric-test-routed6 holds routed6 to its own
 # 3 on routed6 (SUITE_EXPECT_ROUTED6, whatever SUITE_EXPECT the flat layout was given).
 FABRIC_ROUTED6_TESTS ?= ^test_routed6_
 fabric-test: fabric-test-flat fabric-test-routed6

@@ -1,16 +1,15 @@
 # shellcheck shell=bash
 # shellcheck disable=SC2034 # the arrays and POD_NET_*: set and read by lib.sh's helpers
-# The effect of the plugin's reverse-path and ARP-announce sysctls, on the wire of the flat
-# layout, each test beside the control that puts the cause back (its value in `sysctl`). Both
-# matter where a pod's traffic for one rail's address meets another rail's route: without
-# source routing (sourceRouting false: every rail's connected route is in the pod's main table
-# and the first one wins), or for a source the routing did not pick. With the plugin's source
-# rules, a strict reverse-path check looks up the rail's own table and passes (20-arp.sh).
-#
-# accept_local (also set by arpSysctls) has no test of its effect here: it matters for packets
-# that arrive with a source address of the receiving namespace, and IPvlan delivers between
-# children of one pod inside the namespace, never through a rail; no traffic of these layouts
-# depends on it.
+# The effect of the plugin's reverse-path, ARP-announce and accept-local sysctls, on the wire of
+# the flat layout, each test beside the control that puts the cause back (its value in
+# `sysctl`). The first two matter where a pod's traffic for one rail's address meets another
+# rail's route: without source routing (sourceRouting false: every rail's connected route is in
+# the pod's main table and the first one wins), or for a source the routing did not pick. With
+# the plugin's source rules, a strict reverse-path check looks up the rail's own table and
+# passes (20-arp.sh). accept_local matters for a packet that comes in by one rail with another
+# rail's address of the same pod as its source: a switch that hairpins a packet one rail sent
+# back to another rail of the node delivers such packets (IPvlan itself delivers between one
+# pod's children inside the namespace, never through a rail).
 
 PINGS=5
 
@@ -138,4 +137,84 @@ test_flat_arp_announce_0_teaches_the_peer_wrong_rails() {
 	flat_addrs
 	learnt_elsewhere
 	assert_eq "${#ELSEWHERE}" 3 "rails whose address host b learnt on another rail (got '$ELSEWHERE')"
+}
+
+# hairpinned_echoes: PINGS echo requests to pod A's rail-1 address with pod A's rail-0 address
+# as their source, coming in by rail 1, as a switch that hairpins rail 0's packet to rail 1 of
+# the same node delivers them. Host b sends them from its rdma1: pod A's rail-0 address lent to
+# it (/32, undone by the EXIT trap), a host route to pod A's rail-1 address by rdma1 from it,
+# and a permanent neighbour entry for that address (host b sends no ARP naming pod A's address
+# as its sender). Fails unless the requests left host b by rdma1 and reached host a's rdma1;
+# sets ECHOES to how much pod A's InEchos counter grew (its replies go to its own rail-0
+# address, so host b gets none) and MARTIANS to how much host a's in_martian_src grew
+# (/proc/net/stat/rt_cache: one count for the whole host, every namespace).
+hairpinned_echoes() {
+	local src=${ADDR_A[0]} dst=${ADDR_A[1]} e0 e1 m0 m1 tx0 tx1 rx0 rx1
+	# shellcheck disable=SC2064 # the addresses named now
+	trap "on b ip neigh del '$dst' dev rdma1 || true; on b ip route del '$dst/32' dev rdma1 || true
+		on b ip addr del '$src/32' dev rdma1 || true; fabric_cleanup" EXIT
+	on b ip addr add "$src/32" dev rdma1
+	on b ip route replace "$dst/32" dev rdma1 src "$src"
+	on b ip neigh replace "$dst" lladdr "$(fabric_mac a 1)" dev rdma1 nud permanent
+	read -r -a tx0 <<<"$(rail_packets b tx)"
+	read -r -a rx0 <<<"$(rail_packets a rx)"
+	e0=$(pod_a_counter snmp Icmp InEchos)
+	m0=$(martian_sources)
+	on b ping -q -c "$PINGS" -i 0.2 -W 1 -I "$src" "$dst" >/dev/null || true
+	e1=$(pod_a_counter snmp Icmp InEchos)
+	m1=$(martian_sources)
+	read -r -a tx1 <<<"$(rail_packets b tx)"
+	read -r -a rx1 <<<"$(rail_packets a rx)"
+	ECHOES=$((e1 - e0)) MARTIANS=$((m1 - m0))
+	note "from $src to $dst by rail 1: host b rdma1 tx +$((tx1[1] - tx0[1])) packets, host a rdma1 rx +$((rx1[1] - rx0[1])); pod A's InEchos +$ECHOES, host a's in_martian_src +$MARTIANS"
+	((tx1[1] - tx0[1] >= PINGS && rx1[1] - rx0[1] >= PINGS)) ||
+		fail "the $PINGS echo requests did not cross rail 1 (host b rdma1 tx +$((tx1[1] - tx0[1])), host a rdma1 rx +$((rx1[1] - rx0[1])) packets)"
+}
+
+# martian_sources: host a's in_martian_src, summed over its CPUs (hexadecimal columns)
+martian_sources() {
+	local -a cols row
+	local i c=-1 n=0
+	{
+		read -r -a cols
+		for i in "${!cols[@]}"; do [[ ${cols[i]} == in_martian_src ]] && c=$i; done
+		((c >= 0)) || fail "/proc/net/stat/rt_cache has no in_martian_src column: ${cols[*]}"
+		while read -r -a row; do n=$((n + 16#${row[c]})); done
+	} </proc/net/stat/rt_cache
+	echo "$n"
+}
+
+# hairpin_pod: pod A alone attached (plugin defaults: arpSysctls, source routing) and ADDR_A
+hairpin_pod() {
+	new_pods
+	attach a "$(flat_conf a '{}')" net1 >/tmp/flat-a.result
+	flat_addrs
+}
+
+# accept_local 1 (the plugin's) on the child a packet comes in by: a packet from another of the
+# pod's own addresses, hairpinned back by the fabric, is delivered (without it the kernel
+# drops it as a martian source, even with rp_filter 0).
+test_flat_accept_local_delivers_a_hairpinned_packet_from_the_pods_own_address() {
+	require_plugin
+	local -a ADDR_A
+	local POD_NET_A POD_NET_B ECHOES MARTIANS
+	hairpin_pod
+	note "pod A's net1r1 accept_local after ADD: $(in_pod podA sysctl -n net.ipv4.conf.net1r1.accept_local)"
+	hairpinned_echoes
+	assert_eq "$ECHOES" "$PINGS" "hairpinned echo requests that reached pod A's ICMP"
+}
+
+# The control: the same pod with the child's accept_local given back to 0 (conf/all's is 0 in a
+# new namespace; rp_filter as the plugin set it): the requests reach pod A's rail-1 child, and
+# the kernel counts them as martian sources instead of delivering them.
+test_flat_accept_local_0_drops_the_hairpinned_packet_as_martian() {
+	require_plugin
+	local -a ADDR_A
+	local POD_NET_A POD_NET_B ECHOES MARTIANS
+	hairpin_pod
+	in_pod podA sysctl -qw net.ipv4.conf.net1r1.accept_local=0
+	assert_eq "$(in_pod podA sysctl -n net.ipv4.conf.all.accept_local)" 0 "pod A's conf/all accept_local"
+	hairpinned_echoes
+	assert_eq "$ECHOES" 0 "hairpinned echo requests that reached pod A's ICMP"
+	((MARTIANS >= PINGS)) || fail "host a counted $MARTIANS martian sources for the $PINGS requests"
 }
