@@ -18,8 +18,11 @@
 # pod and wait until it is gone. From containerd's log: when the pod's RunPodSandbox began and
 # returned (the pod network, Multus and every delegate included), so the time splits into
 # before the sandbox (API server, scheduler, kubelet), the sandbox, and after it.
+# A pod that fails (not Ready, no GID in 120 s, not gone) is recorded as failed, with why, and
+# deleted, and the bench goes on; it fails only when a kind has no measured pod left.
 # Prints a table of medians and one line "@@K8S-START-JSON {...}" for bench/k8s_start_report.py.
 set -euo pipefail
+export LC_ALL=C # EPOCHREALTIME's decimal point
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
 # shellcheck source=../tests/k8s/suite/lib.sh
@@ -138,24 +141,25 @@ sandbox_times() {
 	echo "$([[ -n $b ]] && date -d "$b" +%s.%N || echo null) $([[ -n $e ]] && date -d "$e" +%s.%N || echo null)"
 }
 
-# one KIND NAME: start, time and delete one pod; prints its JSON record.
+# one KIND NAME: start, time and delete one pod; prints its JSON record. Called where errexit
+# does not hold (the caller records a failure), so every step checks its own status.
 one() {
 	local kind=$1 name=$2 file=$work/$2.json t0 t_ready line uid sb t_del t_gone start gid polls
-	pod_json "$kind" "$name" >"$file"
+	pod_json "$kind" "$name" >"$file" || fail "no pod manifest for $name"
 	t0=$EPOCHREALTIME
-	kubectl apply -f "$file" >/dev/null
+	kubectl apply -f "$file" >/dev/null || fail "kubectl apply of $name failed"
 	kubectl wait --for=condition=Ready "pod/$name" --timeout=300s >/dev/null || { pod_debug "$name"; fail "$name not Ready in 300 s"; }
 	t_ready=$EPOCHREALTIME
 	wait_for 300 "$name's probe line" bash -c "kubectl logs $name | grep -q '^@@PODSTART'" || { pod_debug "$name"; fail "$name printed nothing"; }
-	line=$(kubectl logs "$name" | grep '^@@PODSTART' | head -n 1)
+	line=$(kubectl logs "$name" | grep '^@@PODSTART' | head -n 1) || fail "no probe line from $name"
 	[[ $line == *" gid="* ]] || fail "$name: $line"
 	start=$(sed -n 's/.* start=\([0-9.]*\).*/\1/p' <<<"$line")
 	gid=$(sed -n 's/.* gid=\([0-9.]*\).*/\1/p' <<<"$line")
 	polls=$(sed -n 's/.* polls=\([0-9]*\).*/\1/p' <<<"$line")
-	uid=$(kubectl get pod "$name" -o jsonpath='{.metadata.uid}')
+	uid=$(kubectl get pod "$name" -o jsonpath='{.metadata.uid}') || fail "no uid for $name"
 	read -r -a sb <<<"$(sandbox_times "$uid")"
 	t_del=$EPOCHREALTIME
-	kubectl delete pod "$name" --wait=false >/dev/null
+	kubectl delete pod "$name" --wait=false >/dev/null || fail "kubectl delete of $name failed"
 	wait_pod_gone "$name" 300 || fail "$name not gone 300 s after its delete"
 	t_gone=$EPOCHREALTIME
 	jq -cn --arg kind "$kind" --arg name "$name" --argjson t0 "$t0" --argjson ready "$t_ready" \
@@ -174,12 +178,19 @@ for ((k = 0; k < warmup + pods; k++)); do
 	order=(roce chain)
 	((k % 2 == 0)) || order=(chain roce)
 	for kind in "${order[@]}"; do
-		rec=$(one "$kind" "bench-$kind-$k")
+		name=bench-$kind-$k
+		if ! rec=$(one "$kind" "$name" 2>"$work/$name.err"); then
+			cat "$work/$name.err" >&2
+			rec=$(jq -cn --arg kind "$kind" --arg name "$name" --arg why "$(grep '^FAIL' "$work/$name.err" | tail -n 1)" \
+				'{kind: $kind, pod: $name, failed: $why}')
+			kubectl delete pod "$name" --wait=false >/dev/null 2>&1 || true
+			wait_pod_gone "$name" 120 || echo "k8s-start: $name is still there after a failure" >&2
+		fi
 		if ((k < warmup)); then
 			rec=$(jq -c '.warmup = true' <<<"$rec")
 		fi
 		records+=("$rec")
-		jq -r '"\(.pod)\(if .warmup then " (warm-up)" else "" end): Ready \(.ready_s) s, GID \(.gid_s) s; sandbox from \(.sandbox_begin_s) s for \(.sandbox_s) s, container \(.container_s) s; gone \(.delete_s) s after delete"' <<<"$rec"
+		jq -r 'if .failed then "\(.pod): FAILED \(.failed)" else "\(.pod)\(if .warmup then " (warm-up)" else "" end): Ready \(.ready_s) s, GID \(.gid_s) s; sandbox from \(.sandbox_begin_s) s for \(.sandbox_s) s, container \(.container_s) s; gone \(.delete_s) s after delete" end' <<<"$rec"
 	done
 done
 
@@ -193,10 +204,13 @@ echo "@@K8S-START-JSON $result"
 # The table of medians (bench/k8s_start_report.py renders the same for docs/benchmarks.md).
 jq -r 'def med: sort | if length == 0 then null elif length % 2 == 1 then .[length / 2 | floor]
 		else (.[length / 2 - 1] + .[length / 2]) / 2 end;
-	def m(k; f): [.runs[] | select(.kind == k and (.warmup | not)) | f | select(. != null)] | med | if . then . * 100 | round / 100 else . end;
+	def m(k; f): [.runs[] | select(.kind == k and (.warmup | not) and (.failed | not)) | f | select(. != null)] | med | if . then . * 100 | round / 100 else . end;
 	def row(name; f): "\(name)\t\(m("roce"; f))\t\(m("chain"; f))\t\(if m("chain"; f) > 0 then (m("roce"; f) / m("chain"; f) * 100 | round / 100) else "-" end)";
 	"median s\troce-ipvlan\tchain\tratio",
 	row("apply -> Ready"; .ready_s), row("apply -> GID in pod"; .gid_s),
 	row("apply -> sandbox begins"; .sandbox_begin_s), row("sandbox (pod network: Multus, delegates)"; .sandbox_s),
 	row("sandbox -> container starts"; .after_sandbox_s), row("container -> GID seen"; .gid_s - .container_s),
 	row("delete -> gone"; .delete_s)' <<<"$result" | column -t -s $'\t'
+# Medians need a measured pod of each kind.
+jq -e '[.runs[] | select((.warmup | not) and (.failed | not)) | .kind] | (index("roce") and index("chain"))' <<<"$result" >/dev/null ||
+	fail "no measured pod of one kind (see the FAILED lines)"

@@ -109,7 +109,8 @@ k8s() {
 		jq --arg cpu "$(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -n1)" --argjson cpus "$(nproc)" \
 			--arg qemu "$(qemu-system-x86_64 --version | head -n1)" --argjson others "$others_k8s" \
 			--argjson others_end "$(pgrep -c qemu-system || true)" \
-			'.host = {cpu: $cpu, cpus: $cpus, qemu: $qemu, other_qemu: $others, other_qemu_end: $others_end}' \
+			--arg date "$(date -u '+%Y-%m-%d %H:%M UTC')" \
+			'.date = $date | .host = {cpu: $cpu, cpus: $cpus, qemu: $qemu, other_qemu: $others, other_qemu_end: $others_end}' \
 			>"$out/k8s-start.json.new" || true
 	rm -f "$klog"
 	[[ -s $out/k8s-start.json.new ]] || { rm -f "$out/k8s-start.json.new"; echo "bench: the pod-start bench printed no results" >&2; exit 1; }
