@@ -214,3 +214,8 @@ jq -r 'def med: sort | if length == 0 then null elif length % 2 == 1 then .[leng
 # Medians need a measured pod of each kind.
 jq -e '[.runs[] | select((.warmup | not) and (.failed | not)) | .kind] | (index("roce") and index("chain"))' <<<"$result" >/dev/null ||
 	fail "no measured pod of one kind (see the FAILED lines)"
+# For reading by hand (not in the JSON): each pod's sandbox id, and nv-ipam's CNI calls with
+# their times (its shim's log, --cni-log-file of ipam-node), to split a sandbox further.
+grep -F "RunPodSandbox for" "$K8S_LOGS/containerd.log" | grep -F 'returns sandbox id' | grep -o 'time="[^"]*"\|Name:bench-[a-z]*-[0-9]*\|name:"bench-[a-z]*-[0-9]*"\|sandbox id \\\?"[0-9a-f]*' |
+	paste -d' ' - - - | sed 's/^/sandbox: /' || true
+grep -E 'CMD ADD Call|CmdAdd succeed' /var/log/nv-ipam-cni.log 2>/dev/null | sed 's/^/nv-ipam-cni: /' || true
