@@ -141,10 +141,20 @@ sandbox_times() {
 	echo "$([[ -n $b ]] && date -d "$b" +%s.%N || echo null) $([[ -n $e ]] && date -d "$e" +%s.%N || echo null)"
 }
 
+# sandbox_ipam UID: nv-ipam's calls for the pod's sandbox (bench/k8s_ipam_window.py), as JSON
+# ({} when the logs have none).
+sandbox_ipam() {
+	local sid out
+	sid=$(grep -F "RunPodSandbox for" "$K8S_LOGS/containerd.log" | grep -F "$1" | grep -F 'returns sandbox id' |
+		grep -o '[0-9a-f]\{64\}' | head -n 1) || true
+	[[ -n $sid ]] && out=$(python3 "$here/k8s_ipam_window.py" "$sid" </var/log/nv-ipam-cni.log 2>/dev/null) || out=""
+	echo "${out:-"{}"}"
+}
+
 # one KIND NAME: start, time and delete one pod; prints its JSON record. Called where errexit
 # does not hold (the caller records a failure), so every step checks its own status.
 one() {
-	local kind=$1 name=$2 file=$work/$2.json t0 t_ready line uid sb t_del t_gone start gid polls
+	local kind=$1 name=$2 file=$work/$2.json t0 t_ready line uid sb ipam t_del t_gone start gid polls
 	pod_json "$kind" "$name" >"$file" || fail "no pod manifest for $name"
 	t0=$EPOCHREALTIME
 	kubectl apply -f "$file" >/dev/null || fail "kubectl apply of $name failed"
@@ -158,18 +168,19 @@ one() {
 	polls=$(sed -n 's/.* polls=\([0-9]*\).*/\1/p' <<<"$line")
 	uid=$(kubectl get pod "$name" -o jsonpath='{.metadata.uid}') || fail "no uid for $name"
 	read -r -a sb <<<"$(sandbox_times "$uid")"
+	ipam=$(sandbox_ipam "$uid")
 	t_del=$EPOCHREALTIME
 	kubectl delete pod "$name" --wait=false >/dev/null || fail "kubectl delete of $name failed"
 	wait_pod_gone "$name" 300 || fail "$name not gone 300 s after its delete"
 	t_gone=$EPOCHREALTIME
 	jq -cn --arg kind "$kind" --arg name "$name" --argjson t0 "$t0" --argjson ready "$t_ready" \
 		--argjson start "$start" --argjson gid "$gid" --argjson polls "$polls" \
-		--argjson sb0 "${sb[0]}" --argjson sb1 "${sb[1]}" --argjson del "$t_del" --argjson gone "$t_gone" \
+		--argjson sb0 "${sb[0]}" --argjson sb1 "${sb[1]}" --argjson ipam "$ipam" --argjson del "$t_del" --argjson gone "$t_gone" \
 		'def r: . * 1000 | round / 1000;
 		 {kind: $kind, pod: $name, ready_s: ($ready - $t0 | r), gid_s: ($gid - $t0 | r),
 		  container_s: ($start - $t0 | r), gid_polls: $polls, delete_s: ($gone - $del | r)}
 		 + if $sb0 and $sb1 then {sandbox_begin_s: ($sb0 - $t0 | r), sandbox_s: ($sb1 - $sb0 | r),
-		     after_sandbox_s: ($start - $sb1 | r)} else {} end'
+		     after_sandbox_s: ($start - $sb1 | r)} else {} end + $ipam'
 }
 
 echo "k8s-start: $warmup warm-up and $pods measured pod(s) of each kind on ${rails[*]}, one at a time"
@@ -209,13 +220,11 @@ jq -r 'def med: sort | if length == 0 then null elif length % 2 == 1 then .[leng
 	"median s\troce-ipvlan\tchain\tratio",
 	row("apply -> Ready"; .ready_s), row("apply -> GID in pod"; .gid_s),
 	row("apply -> sandbox begins"; .sandbox_begin_s), row("sandbox (pod network: Multus, delegates)"; .sandbox_s),
-	row("sandbox -> container starts"; .after_sandbox_s), row("container -> GID seen"; .gid_s - .container_s),
+	row("  of it nv-ipam, first call -> last answer"; .ipam_window_s), row("sandbox -> container starts"; .after_sandbox_s), row("container -> GID seen"; .gid_s - .container_s),
 	row("delete -> gone"; .delete_s)' <<<"$result" | column -t -s $'\t'
 # Medians need a measured pod of each kind.
 jq -e '[.runs[] | select((.warmup | not) and (.failed | not)) | .kind] | (index("roce") and index("chain"))' <<<"$result" >/dev/null ||
 	fail "no measured pod of one kind (see the FAILED lines)"
-# For reading by hand (not in the JSON): each pod's sandbox id, and nv-ipam's CNI calls with
-# their times (its shim's log, --cni-log-file of ipam-node), to split a sandbox further.
-grep -F "RunPodSandbox for" "$K8S_LOGS/containerd.log" | grep -F 'returns sandbox id' | grep -o 'time="[^"]*"\|Name:bench-[a-z]*-[0-9]*\|name:"bench-[a-z]*-[0-9]*"\|sandbox id \\\?"[0-9a-f]*' |
-	paste -d' ' - - - | sed 's/^/sandbox: /' || true
+# For reading by hand: nv-ipam's CNI calls with their times (its shim's log, ipam-node's
+# --cni-log-file); bench/k8s_ipam_window.py reads the same.
 grep -E 'CMD ADD Call|CmdAdd succeed' /var/log/nv-ipam-cni.log 2>/dev/null | sed 's/^/nv-ipam-cni: /' || true
