@@ -18,7 +18,8 @@
 # Environment: BENCH_FABRIC=0 leaves the fabric section out; BENCH_FABRIC_ROUNDS (5),
 # BENCH_FABRIC_SIZE (65536), BENCH_FABRIC_ITERS (1000) size it. BENCH_K8S=0 leaves the pod-start
 # section out; BENCH_K8S_PODS (5 of each kind) and BENCH_K8S_WARMUP (1 of each, not counted)
-# size it (about 4 min of cluster start-up, then about 1 min per pair of pods under TCG). BENCH_* sizes (see bench/guest.py; defaults are the published ones),
+# size it (12 min for the defaults here, the cluster's 4 min start-up included).
+# BENCH_* sizes (see bench/guest.py; defaults are the published ones),
 # BENCH_RAILS (16), BENCH_OUT (docs/bench), BENCH_DOC (docs/benchmarks.md), BENCH_BEFORE_REV
 # (49f5276: the commit whose `dad: wait` the IPv6 section's "before" row and the phase table's
 # "before" column measure; "none" skips them).
