@@ -59,9 +59,13 @@
 #                  (two VMs, tests/fabric/demo.sh)
 #   make bench     static build (make static), then roce-ipvlan vs the ipvlan+tuning+sbr chain in a 16-rail VM;
 #                  then the fabric section (two hosts: RDMA bandwidth from a pod's child against the
-#                  host's own rail over the wire, bench/fabric.sh); rewrites docs/benchmarks.md and
-#                  docs/bench/ (bench/run.sh); not part of `make test`
+#                  host's own rail over the wire, bench/fabric.sh) and the pod-start section (the
+#                  Kubernetes node: kubectl apply to Ready and to the GID in the pod, 4 rails, the
+#                  chain's 4 NADs against one roce-ipvlan `rails` NAD, bench/k8s-start.sh; BENCH_K8S=0
+#                  leaves it out); rewrites docs/benchmarks.md and docs/bench/ (bench/run.sh); not
+#                  part of `make test`
 #   make bench-fabric  the fabric section alone, spliced into docs/benchmarks.md
+#   make bench-k8s     the pod-start section alone, spliced into docs/benchmarks.md
 #   make deps      apt-get install what is missing from tests/vm/packages.txt (needs root)
 #   make fuzz      cargo fuzz over config/prevResult parsing and the name validators,
 #                  FUZZ_SECONDS (default 600) per target; not part of `make test` (docs/fuzzing.md)
@@ -302,11 +306,13 @@ demo-k8s: deps
 demo-traffic: deps build
 	tests/fabric/run.sh tests/fabric/demo.sh
 
-.PHONY: bench bench-fabric
+.PHONY: bench bench-fabric bench-k8s
 bench:
 	bench/run.sh
 bench-fabric:
 	bench/run.sh --fabric-only
+bench-k8s: deps
+	bench/run.sh --k8s-only
 
 deps:
 	@missing=$$(for p in $(PACKAGES); do \
