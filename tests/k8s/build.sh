@@ -6,11 +6,12 @@
 #   bin/     kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl (k8s.io/
 #            kubernetes), etcd (go.etcd.io/etcd/server/v3), containerd, ctr and the runc shim
 #            (containerd/v2), runc (opencontainers/runc, with libseccomp), multus,
-#            thin_entrypoint, install_multus, passthru-cni (multus-cni.v4), railpf (our device
+#            thin_entrypoint, install_multus, passthru-cni, multus-daemon, multus-shim
+#            (multus-cni.v4), railpf (our device
 #            plugin offering the rails by PCI address, tests/k8s/go/railpf), helm (tests/helm)
 #   registry/  container images as OCI image layouts, one folder per repository, which
 #            tests/k8s/registry.py serves to the node's containerd as registry "localhost": the
-#            pause image, Multus thin, the roce-ipvlan installer image (make image), a changed
+#            pause image, Multus thin and thick, the roce-ipvlan installer image (make image), a changed
 #            installer image for the rollout test, and the test-pod image
 #
 # Each part is rebuilt only when its inputs change (a stamp of go.mod, go.sum, the Go version
@@ -78,7 +79,9 @@ CGO_ENABLED=1 TAGS=seccomp build_go runc "-s -w -X main.version=$(modver runc gi
 build_go multus "-s -w" gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/multus \
 	gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/thin_entrypoint \
 	gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/install_multus \
-	gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/passthru-cni
+	gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/passthru-cni \
+	gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/multus-daemon \
+	gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/multus-shim
 # The rails' device plugin (stands in for the SR-IOV network device plugin, which the proxy refuses).
 build_go railpf "-s -w" roce-ipvlan.test/k8s/railpf
 # helm for the chart test (suite/85-helm.sh): its own go.mod and cache (tests/helm/build.sh).
@@ -87,8 +90,8 @@ if ! cmp -s "$helm" "$bin/helm"; then
 	cp "$helm" "$bin/helm.tmp" && mv -f "$bin/helm.tmp" "$bin/helm"
 fi
 mkdir -p "$cache/manifests"
-cp "$(cd "$here/go/multus" && "$go" list -m -f '{{.Dir}}' gopkg.in/k8snetworkplumbingwg/multus-cni.v4)/deployments/multus-daemonset.yml" \
-	"$cache/manifests/multus-daemonset.yml"
+multus_dir=$(cd "$here/go/multus" && "$go" list -m -f '{{.Dir}}' gopkg.in/k8snetworkplumbingwg/multus-cni.v4)
+cp "$multus_dir/deployments/multus-daemonset.yml" "$multus_dir/deployments/multus-daemonset-thick.yml" "$cache/manifests/"
 
 # Upstream trees the Go module proxy here refuses by name (../shared/upstream/README.md):
 # upstream_src NAME MODULE VERSION TARBALL SHA256 prints the source tree's directory: the module
@@ -188,13 +191,21 @@ build_image() {
 }
 
 ctx=$cache/ctx
-rm -rf "$ctx" && mkdir -p "$ctx"/{pause,multus/tmp,testpod}
+rm -rf "$ctx" && mkdir -p "$ctx"/{pause,multus/tmp,multus-thick/{tmp,etc,var},testpod}
 cc -static -Os -s -o "$ctx/pause/pause" "$here/images/pause.c"
 build_image localhost/pause:roce-ipvlan "$here/images/Containerfile.pause" "$ctx/pause"
 
 cp "$bin"/{multus,thin_entrypoint,install_multus} "$ctx/multus/"
 cp "$bin/passthru-cni" "$ctx/multus/passthru" # install_multus copies it to the node too
 build_image localhost/multus-cni:v4.2.3-thin "$here/images/Containerfile.multus" "$ctx/multus"
+cp "$bin"/{multus-daemon,multus-shim,install_multus} "$ctx/multus-thick/"
+cp "$bin/passthru-cni" "$ctx/multus-thick/passthru"
+# The daemon refuses to start unless os/user names its uid (user.Current, without cgo: /etc/passwd),
+# and opens the sandboxes' network namespaces by the path the runtime gives, /var/run/netns/...
+# (its DaemonSet mounts the node's /run/netns; the upstream image's Debian has /var/run -> /run).
+echo 'root:x:0:0:root:/root:/sbin/nologin' >"$ctx/multus-thick/etc/passwd"
+ln -s /run "$ctx/multus-thick/var/run"
+build_image localhost/multus-cni:v4.2.3-thick "$here/images/Containerfile.multus-thick" "$ctx/multus-thick"
 
 mkdir -p "$ctx/nv-ipam/root/var/log" "$ctx/nv-ipam/root/tmp"
 chmod 1777 "$ctx/nv-ipam/root/tmp"

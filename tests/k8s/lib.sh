@@ -10,7 +10,8 @@
 #                                second (worker.sh): below
 #   wait_for SECS WHAT CMD...    retry CMD (quietly) once a second until it succeeds or SECS pass
 #   node_ready                   the node's Ready condition is True
-#   install_multus               Multus thin from the module's own daemonset manifest
+#   install_multus               Multus from the module's own daemonset manifest (thin; thick
+#                                on two nodes)
 #   install_nv_ipam              nv-ipam's controller and node DaemonSet from its deploy/ tree
 #   install_sriovdp              the SR-IOV network device plugin's DaemonSet and its ConfigMap
 #   netstatus POD [NS]           the pod's k8s.v1.cni.cncf.io/network-status annotation (JSON)
@@ -143,11 +144,13 @@ TOML
 	K8S_PULLS=$!
 }
 pull_images() {
-	local d r tag
+	local d r tag unused=multus-cni:v4.2.3-thick # the Multus this cluster does not run
+	[[ ${K8S_NODES:-1} == 2 ]] && unused=multus-cni:v4.2.3-thin
 	for d in "$K8S_CACHE"/registry/*/; do
 		r=$(basename "$d")
 		for tag in $(jq -r '.manifests[].annotations["org.opencontainers.image.ref.name"] // empty' "$d/index.json"); do
 			[[ $tag == rollout ]] && continue # pulled when the rollout test rolls it out
+			[[ $r:$tag == "$unused" ]] && continue
 			ctr -n k8s.io images pull --hosts-dir "$K8S_DIR/certs.d" "localhost/$r:$tag" >/dev/null || return 1
 		done
 	done
@@ -204,22 +207,31 @@ daemonsets_ready() { # every DaemonSet's pods Ready; every 30 s the pods' state 
 }
 
 install_multus() {
-	# The upstream thin DaemonSet (deployments/multus-daemonset.yml of the module build.sh built
-	# Multus from), its image swapped for the one built here, and its limits lifted: 100m of a
-	# TCG CPU starves thin_entrypoint for minutes, and the binaries it copies into the node's
-	# /opt/cni/bin (tmpfs in the VM) are charged to its 50Mi memory limit, which OOM-killed it
-	# into CrashLoopBackOff on a slow machine. Nothing else is changed.
-	local dir
+	# The upstream DaemonSet (deployments/multus-daemonset.yml of the module build.sh built
+	# Multus from; -thick.yml on two nodes, below), its image swapped for the one built here,
+	# and its limits lifted: 100m of a TCG CPU starves thin_entrypoint for minutes, and the
+	# binaries it copies into the node's /opt/cni/bin (tmpfs in the VM) are charged to its 50Mi
+	# memory limit, which OOM-killed it into CrashLoopBackOff on a slow machine. Nothing else is
+	# changed.
+	#
+	# Two nodes (K8S_NODES=2) run Multus thick. Thin Multus reads the pod from the API server on
+	# every ADD, allowing each GET 250 ms and all of them 2.5 s (shortPollDuration and
+	# shortPollTimeout in pkg/multus/multus.go). From the second node, whose one TCG CPU reaches
+	# the API server over the cluster link, a GET took 0.34 to 3.5 s, and every ADD there failed
+	# with "error waiting for pod: context deadline exceeded". The thick daemon answers from an
+	# informer's cache of its own node's pods (newPodInformer in pkg/server/server.go).
+	local dir mode=thin manifest=multus-daemonset.yml
+	if [[ ${K8S_NODES:-1} == 2 ]]; then mode=thick manifest=multus-daemonset-thick.yml; fi
 	dir=$(mktemp -d /run/k8s/multus.XXXXXX)
-	cp "$K8S_CACHE/manifests/multus-daemonset.yml" "$dir/"
-	cat >"$dir/kustomization.yaml" <<'EOF'
+	cp "$K8S_CACHE/manifests/$manifest" "$dir/"
+	cat >"$dir/kustomization.yaml" <<EOF
 apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
-resources: [multus-daemonset.yml]
+resources: [$manifest]
 images:
   - name: ghcr.io/k8snetworkplumbingwg/multus-cni
     newName: localhost/multus-cni
-    newTag: v4.2.3-thin
+    newTag: v4.2.3-$mode
 patches:
   - target: { kind: DaemonSet, name: kube-multus-ds }
     patch: |
@@ -229,6 +241,17 @@ patches:
       - op: add
         path: /spec/template/spec/containers/0/resources/limits/memory
         value: 512Mi
+EOF
+	# The thick daemon looks each delegate up in its own /opt/cni/bin (the node's, mounted)
+	# before it runs it chrooted into the node's root: the node's reference plugins there are
+	# links into /usr/lib/cni (node_host), which it mounts too.
+	[[ $mode == thick ]] && cat >>"$dir/kustomization.yaml" <<'EOF'
+      - op: add
+        path: /spec/template/spec/volumes/-
+        value: { name: usr-lib-cni, hostPath: { path: /usr/lib/cni } }
+      - op: add
+        path: /spec/template/spec/containers/0/volumeMounts/-
+        value: { name: usr-lib-cni, mountPath: /usr/lib/cni, readOnly: true }
 EOF
 	kubectl apply -k "$dir" >/dev/null
 }

@@ -12,7 +12,7 @@ set -euo pipefail
 (($# == 6)) || { echo "usage: worker.sh CACHE NODE NODE_IP POD_CIDR API_IP CREDENTIALS" >&2; exit 2; }
 cache=$1 node=$2 node_ip=$3 pod_cidr=$4 api_ip=$5 creds=$6
 here=$(cd "$(dirname "$0")" && pwd)
-export PATH=$cache/bin:$here:$PATH K8S_CACHE=$cache K8S_LOGS=/run/k8s/logs
+export PATH=$cache/bin:$here:$PATH K8S_CACHE=$cache K8S_LOGS=/run/k8s/logs K8S_NODES=2
 mkdir -p "$K8S_LOGS"
 # shellcheck source=tests/k8s/lib.sh
 source "$here/lib.sh"

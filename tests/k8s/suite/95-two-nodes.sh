@@ -60,7 +60,10 @@ test_two_nodes_roce_every_rail_between_pods_on_two_nodes() {
 	local n pod cli="" srv="" i srv_ip rails_c rails_s dev idx addr gid srv_args=() cli_args=() out_s out_c rc
 	local a0 a1 b0 b1 da db want=$((PAIR_SIZE * PAIR_ITERS)) common="-s $PAIR_SIZE -n $PAIR_ITERS -F"
 	kubectl apply -f "$ROCE_REPO/examples/a100-ippool.yaml" >/dev/null
-	example_nad examples/pod-16-rails-one-nad.yaml rdma-all-rails
+	# The NAD's time limits raised, as its error message tells an operator to: on node b's one TCG
+	# CPU, four nv-ipam ADDs at once (a Go binary each, and ipam-node's answers) took more than
+	# the default 10 s per IPAM call (code 103 in Multus's log, the sandbox retried).
+	example_nad examples/pod-16-rails-one-nad.yaml rdma-all-rails "" '.timeouts = {ipamMs: 60000, totalMs: 100000}'
 	rank_pod rank0
 	rank_pod rank1
 	for pod in rank0 rank1; do

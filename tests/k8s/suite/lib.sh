@@ -23,14 +23,16 @@ spec:
 YAML
 }
 
-# example_nad FILE NAME [IPAM_JSON]: the example's NAD as users apply it; with IPAM_JSON, its
-# IPAM swapped for that (a test that needs a subnet or an IPAM of its own) and nothing else
-# changed. The examples' nv-ipam IPAM needs their pool: example_pool.
+# example_nad FILE NAME [IPAM_JSON [EDIT]]: the example's NAD as users apply it; with IPAM_JSON
+# (not empty), its IPAM swapped for that (a test that needs a subnet or an IPAM of its own); with
+# EDIT, that jq filter applied to its configuration (a setting a user would change on their
+# cluster); nothing else changed. The examples' nv-ipam IPAM needs their pool: example_pool.
 example_nad() {
 	kubectl create --dry-run=client -o json -f "$ROCE_REPO/$1" |
 		jq --arg name "$2" --arg ipam "${3:-}" \
 			'(.items // [.])[] | select(.kind == "NetworkAttachmentDefinition" and .metadata.name == $name)
-			 | if $ipam == "" then . else .spec.config |= (fromjson | .ipam = ($ipam | fromjson) | tojson) end' |
+			 | if $ipam == "" then . else .spec.config |= (fromjson | .ipam = ($ipam | fromjson) | tojson) end
+			 | .spec.config |= (fromjson | '"${4:-.}"' | tojson)' |
 		kubectl apply -f - >/dev/null
 }
 

@@ -1,5 +1,6 @@
 // Multus for the test node (tests/k8s/build.sh): the thin plugin and its entrypoint, the mode
-// the NVIDIA Network Operator deploys by default.
+// the NVIDIA Network Operator deploys by default; on two nodes (K8S_NODES=2) the thick daemon
+// and its shim (tests/k8s/lib.sh's install_multus says why).
 module roce-ipvlan.test/k8s/multus
 
 go 1.26
@@ -7,15 +8,21 @@ go 1.26
 tool (
 	gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/install_multus
 	gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/multus
+	gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/multus-daemon
+	gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/multus-shim
 	gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/passthru-cni
 	gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/thin_entrypoint
 )
 
 require (
+	github.com/beorn7/perks v1.0.1 // indirect
+	github.com/blang/semver v3.5.1+incompatible // indirect
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/containernetworking/cni v1.3.0 // indirect
 	github.com/containernetworking/plugins v1.7.1 // indirect
 	github.com/davecgh/go-spew v1.1.2-0.20180830191138-d8f796af33cc // indirect
 	github.com/emicklei/go-restful/v3 v3.11.0 // indirect
+	github.com/fsnotify/fsnotify v1.9.0 // indirect
 	github.com/fxamacker/cbor/v2 v2.7.0 // indirect
 	github.com/go-logr/logr v1.4.2 // indirect
 	github.com/go-openapi/jsonpointer v0.21.0 // indirect
@@ -35,6 +42,10 @@ require (
 	github.com/modern-go/reflect2 v1.0.2 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
+	github.com/prometheus/client_golang v1.22.0 // indirect
+	github.com/prometheus/client_model v0.6.1 // indirect
+	github.com/prometheus/common v0.62.0 // indirect
+	github.com/prometheus/procfs v0.15.1 // indirect
 	github.com/spf13/pflag v1.0.6 // indirect
 	github.com/vishvananda/netlink v1.3.1 // indirect
 	github.com/vishvananda/netns v0.0.5 // indirect
