@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Inside the test VM (tests/vm/guest.sh has loaded the modules and built the Soft-RoCE rails):
-# bring up a one-node Kubernetes cluster, install Multus thin, nv-ipam and roce-ipvlan's
-# installer DaemonSet as users do, wait until they are Ready, then run SCRIPT with kubectl on PATH and
-# KUBECONFIG exported, and exit with its status. tests/k8s/run.sh starts this; see its header
+# bring up a one-node Kubernetes cluster, install Multus (thin; thick on two nodes), nv-ipam and
+# roce-ipvlan's installer DaemonSet as users do, wait until they are Ready, then run SCRIPT with
+# kubectl on PATH and KUBECONFIG exported, and exit with its status. tests/k8s/run.sh starts this; see its header
 # and docs/testing.md ("The Kubernetes node").
 #
 #   tests/k8s/node.sh CACHE SCRIPT [ARGS...]     (CACHE: what tests/k8s/build.sh printed)
@@ -192,8 +192,8 @@ done
 wait "$K8S_PULLS" || { cat "$logs/pull.log" >&2; false; }
 node_railpf
 
-# --- Multus thin, nv-ipam and roce-ipvlan, as users install them ----------------------------
-step "Multus thin, nv-ipam, the SR-IOV network device plugin, roce-ipvlan's installer DaemonSet"
+# --- Multus, nv-ipam and roce-ipvlan, as users install them ---------------------------------
+step "Multus ($([[ ${K8S_NODES:-1} == 2 ]] && echo thick || echo thin)), nv-ipam, the SR-IOV network device plugin, roce-ipvlan's installer DaemonSet"
 install_multus
 install_nv_ipam
 install_sriovdp

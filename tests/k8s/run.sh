@@ -7,7 +7,7 @@
 # builds (or takes from the cache) what tests/k8s/build.sh lists, boots the VM with the
 # Soft-RoCE rails of tests/vm (rdma0..rdma3, ens1f0np0; the bare NIC ens2f0np0), starts etcd,
 # kube-apiserver, kube-controller-manager, kube-scheduler, containerd and kubelet in it,
-# installs Multus thin, nv-ipam (its controller and ipam-node, from its own deploy/ tree, in
+# installs Multus (thin; thick with K8S_NODES=2), nv-ipam (its controller and ipam-node, from its own deploy/ tree, in
 # namespace nvidia-network-operator), the SR-IOV network device plugin (its own DaemonSet, in
 # kube-system) and roce-ipvlan's installer DaemonSet with kubectl, waits
 # until the node and every DaemonSet's pods are Ready and nv-ipam's controller leads, then runs
