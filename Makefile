@@ -295,9 +295,9 @@ k8s-test: deps
 # and roce-node-b of one cluster, and the suite's test_two_nodes_* tests: RDMA between pods the
 # scheduler put on different nodes, over the wires between the hosts, through the examples' NAD.
 # Multus thick there (thin misses its own 250 ms deadline for the API from the second node under
-# TCG). Passes; not in make test: on this 2-core machine one run takes about 22 min (the cluster
-# ready after 621 s, the pods' sandboxes minutes more), beyond make test's budget
-# (docs/testing.md).
+# TCG). Passed in one of two runs (docs/testing.md); not in make test: on this 2-core machine
+# one run takes about 22 min (the cluster ready after 621 s, the pods' sandboxes minutes more),
+# beyond make test's budget.
 k8s-test-nodes: deps
 	K8S_NODES=2 VM_KERNEL=backports VM_RDMA=ofed tests/k8s/run.sh tests/k8s/suite/run.sh '^test_two_nodes_'
 

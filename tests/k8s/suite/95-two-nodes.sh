@@ -54,6 +54,15 @@ perf_all() {
 		for i in 0 1 2 3; do echo "== rail $i exit $(cat /tmp/bw-$i.rc)"; cat /tmp/bw-$i.log; done' perf "$@"
 }
 
+# servers_listening POD: the four perftest servers in POD listen on their out-of-band ports
+# (PAIR_PORT and the three after it, LISTEN in the pod's /proc/net/tcp or tcp6)
+servers_listening() {
+	local ports n
+	ports=$(printf '%04X|%04X|%04X|%04X' "$PAIR_PORT" $((PAIR_PORT + 1)) $((PAIR_PORT + 2)) $((PAIR_PORT + 3)))
+	n=$(in_pod "$1" cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | grep -cE ":($ports) [0-9A-F]+:0000 0A")
+	((n == 4))
+}
+
 test_two_nodes_roce_every_rail_between_pods_on_two_nodes() {
 	# shellcheck source=tests/fabric/lib.sh
 	source "$FABRIC_LIB"
@@ -93,7 +102,10 @@ test_two_nodes_roce_every_rail_between_pods_on_two_nodes() {
 	read -r -a b0 <<<"$(rail_bytes b rx)"
 	perf_all "$srv" "${srv_args[@]}" >/tmp/pair-srv.log 2>&1 &
 	local spid=$!
-	sleep 10 # the servers listen on their out-of-band ports
+	# The clients start once all four servers listen: a fixed 10 s was too short for two of them
+	# in one run (an exec into the pod on b takes seconds under TCG; "Couldn't connect").
+	wait_for 180 "the perftest servers in $srv to listen on ports $PAIR_PORT..$((PAIR_PORT + 3))" servers_listening "$srv" ||
+		fail "the perftest servers in $srv do not all listen: $(tail -n 8 /tmp/pair-srv.log | tr '\n' ' ')"
 	rc=0
 	perf_all "$cli" "${cli_args[@]}" >/tmp/pair-cli.log 2>&1 || rc=$?
 	((rc == 0)) || fail "kubectl exec of the clients in $cli exited $rc: $(tail -n 8 /tmp/pair-cli.log | tr '\n' ' ')"
