@@ -12,6 +12,8 @@ import json
 import statistics
 import sys
 
+from sections import write_section
+
 BEGIN = "<!-- fabric-bench: begin (bench/fabric_report.py) -->"
 END = "<!-- fabric-bench: end -->"
 
@@ -55,18 +57,6 @@ would carry.
 """
 
 
-def splice(doc, text):
-    """Replaces the section between the markers in doc, or adds it before "## Findings"."""
-    if BEGIN in doc and END in doc:
-        head, rest = doc.split(BEGIN, 1)
-        tail = rest.split(END, 1)[1].lstrip("\n")
-        return head + text + "\n" + tail
-    if "\n## Findings" in doc:
-        head, tail = doc.split("\n## Findings", 1)
-        return head + "\n" + text + "\n## Findings" + tail
-    return doc.rstrip("\n") + "\n\n" + text
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", required=True, help="bench/fabric.sh's numbers")
@@ -76,10 +66,7 @@ def main():
         d = json.load(f)
     if not d.get("pod_mbps") or len(d["pod_mbps"]) != len(d.get("host_mbps", [])):
         sys.exit(f"fabric_report: {a.json} has no paired pod and host figures")
-    with open(a.doc) as f:
-        doc = f.read()
-    with open(a.doc, "w") as f:
-        f.write(splice(doc, section(d)))
+    write_section(a.doc, section(d), BEGIN, END)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,8 @@ import json
 import statistics
 import sys
 
+from sections import write_section
+
 BEGIN = "<!-- k8s-start-bench: begin (bench/k8s_start_report.py) -->"
 END = "<!-- k8s-start-bench: end -->"
 TARGET = 0.30  # issue #37: apply -> Ready at most 0.3x the chain's
@@ -162,18 +164,6 @@ the pod: {fmt(ratio(gid_r, gid_c))}×{rails_note}.
 """
 
 
-def splice(doc, text):
-    """Replaces the section between the markers in doc, or adds it before "## Findings"."""
-    if BEGIN in doc and END in doc:
-        head, rest = doc.split(BEGIN, 1)
-        tail = rest.split(END, 1)[1].lstrip("\n")
-        return head + text + "\n" + tail
-    if "\n## Findings" in doc:
-        head, tail = doc.split("\n## Findings", 1)
-        return head + "\n" + text + "\n## Findings" + tail
-    return doc.rstrip("\n") + "\n\n" + text
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", required=True, help="bench/k8s-start.sh's numbers")
@@ -184,10 +174,7 @@ def main():
     kinds = {r["kind"] for r in d.get("runs", []) if not r.get("warmup") and not r.get("failed")}
     if kinds != {"roce", "chain"}:
         sys.exit(f"k8s_start_report: {a.json} has no measured pods of both kinds")
-    with open(a.doc) as f:
-        doc = f.read()
-    with open(a.doc, "w") as f:
-        f.write(splice(doc, section(d)))
+    write_section(a.doc, section(d), BEGIN, END)
 
 
 if __name__ == "__main__":
