@@ -143,9 +143,11 @@ TOML
 	# shellcheck disable=SC2034 # the caller waits for it
 	K8S_PULLS=$!
 }
+# multus_mode: the Multus this cluster runs, thin, or thick on two nodes (install_multus says why)
+multus_mode() { if [[ ${K8S_NODES:-1} == 2 ]]; then echo thick; else echo thin; fi; }
 pull_images() {
-	local d r tag unused=multus-cni:v4.2.3-thick # the Multus this cluster does not run
-	[[ ${K8S_NODES:-1} == 2 ]] && unused=multus-cni:v4.2.3-thin
+	local d r tag unused=multus-cni:v4.2.3-thin # the Multus this cluster does not run
+	[[ $(multus_mode) == thin ]] && unused=multus-cni:v4.2.3-thick
 	for d in "$K8S_CACHE"/registry/*/; do
 		r=$(basename "$d")
 		for tag in $(jq -r '.manifests[].annotations["org.opencontainers.image.ref.name"] // empty' "$d/index.json"); do
@@ -220,8 +222,9 @@ install_multus() {
 	# the API server over the cluster link, a GET took 0.34 to 3.5 s, and every ADD there failed
 	# with "error waiting for pod: context deadline exceeded". The thick daemon answers from an
 	# informer's cache of its own node's pods (newPodInformer in pkg/server/server.go).
-	local dir mode=thin manifest=multus-daemonset.yml
-	if [[ ${K8S_NODES:-1} == 2 ]]; then mode=thick manifest=multus-daemonset-thick.yml; fi
+	local dir mode manifest=multus-daemonset.yml
+	mode=$(multus_mode)
+	[[ $mode == thin ]] || manifest=multus-daemonset-$mode.yml
 	dir=$(mktemp -d /run/k8s/multus.XXXXXX)
 	cp "$K8S_CACHE/manifests/$manifest" "$dir/"
 	cat >"$dir/kustomization.yaml" <<EOF

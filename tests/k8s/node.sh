@@ -193,7 +193,7 @@ wait "$K8S_PULLS" || { cat "$logs/pull.log" >&2; false; }
 node_railpf
 
 # --- Multus, nv-ipam and roce-ipvlan, as users install them ---------------------------------
-step "Multus ($([[ ${K8S_NODES:-1} == 2 ]] && echo thick || echo thin)), nv-ipam, the SR-IOV network device plugin, roce-ipvlan's installer DaemonSet"
+step "Multus ($(multus_mode)), nv-ipam, the SR-IOV network device plugin, roce-ipvlan's installer DaemonSet"
 install_multus
 install_nv_ipam
 install_sriovdp
