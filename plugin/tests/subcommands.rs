@@ -157,7 +157,12 @@ fn install_wait_restores_a_deleted_or_changed_binary() {
     );
     assert_eq!(fs::read(&target).unwrap(), fs::read(&from).unwrap());
 
-    fs::write(&target, b"not the plugin").unwrap();
+    // Changed the way another installer changes it: a new file renamed over it. Writing into
+    // it in place could meet the installer running it (its readiness check executes the
+    // installed binary after each restore) and fail with ETXTBSY, as a host's writer would.
+    let other = dir.path().join(".other-installer");
+    fs::write(&other, b"not the plugin").unwrap();
+    fs::rename(&other, &target).unwrap();
     hup();
     assert!(
         next().starts_with("restored "),
