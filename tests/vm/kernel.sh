@@ -35,6 +35,13 @@ backports)
 *) echo "kernel.sh: VM_KERNEL must be 'default' or 'backports', not '$kernel'" >&2; exit 2 ;;
 esac
 
+# One kernel.sh at a time per cache: the fabric's hosts and the VM suite's shards start their
+# VMs together, and an apt-cache reading the isolated lists while another kernel.sh's
+# apt-get update rewrites them fails (exit 100).
+mkdir -p "$cache"
+exec 9>"$cache/kernel.lock"
+flock 9
+
 updated=0
 apt_update() {
 	[[ $kernel == backports ]] || return 0 # the system's lists are the operator's business
@@ -47,8 +54,10 @@ apt_update() {
 # Resolve the versioned image package the metapackage points at (never hard-code a version:
 # Debian bumps the ABI in point releases and old packages leave the archive).
 resolve() {
-	apt-cache "${apt_opts[@]}" depends linux-image-amd64 2>/dev/null |
-		awk '/Depends: linux-image-[0-9].*-amd64$/ {print $2; exit}'
+	local out
+	out=$(apt-cache "${apt_opts[@]}" depends linux-image-amd64 2>&1) ||
+		{ echo "kernel.sh: apt-cache depends linux-image-amd64 failed (exit $?): $out" >&2; return 1; }
+	awk '/Depends: linux-image-[0-9].*-amd64$/ {print $2; exit}' <<<"$out"
 }
 # Backports: any list but the partial/ download directory means apt-get update ran in $adir
 # before.
