@@ -281,7 +281,7 @@ pub struct IpConfig {
 }
 
 /// A route; fields other than dst/gw (1.1.0 adds mtu, advmss, priority, table, scope) are kept
-/// as they came so that they reach the result unchanged.
+/// as they came so that they reach a 1.1.0 result unchanged (older results drop them).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Route {
     pub dst: IpNetwork,
@@ -393,10 +393,20 @@ impl CniResult {
         doc.insert("interfaces".into(), interfaces.into());
         doc.insert("ips".into(), ips.into());
         if !self.routes.is_empty() {
-            doc.insert(
-                "routes".into(),
-                serde_json::to_value(&self.routes).expect("routes always serialize"),
-            );
+            let routes: Vec<Value> = self
+                .routes
+                .iter()
+                .map(|r| {
+                    let mut r = r.clone();
+                    // mtu, advmss, priority, table and scope exist from 1.1.0 on: an IPAM that
+                    // sent them in an older result does not make ours say them.
+                    if version != "1.1.0" {
+                        r.extra.clear();
+                    }
+                    serde_json::to_value(r).expect("a Route always serializes")
+                })
+                .collect();
+            doc.insert("routes".into(), routes.into());
         }
         let dns = if self.dns.is_null() {
             Value::Object(Map::new())
@@ -751,6 +761,23 @@ mod tests {
         assert_eq!(doc["interfaces"][0]["mtu"], 9000);
         assert_eq!(doc["routes"][0]["mtu"], 1400);
         assert!(doc.get("roce").is_none());
+    }
+
+    /// The 1.1.0 route fields are not said in an older result, even when the IPAM sent them.
+    #[test]
+    fn results_before_1_1_0_drop_route_extras() {
+        let (mut r, _) = sample();
+        r.routes[0].extra.insert("table".into(), json!(100));
+        r.routes[0].extra.insert("scope".into(), json!(253));
+        for v in ["0.3.0", "0.3.1", "0.4.0", "1.0.0"] {
+            let doc = r.to_json(v, None);
+            assert_eq!(
+                doc["routes"][0],
+                json!({"dst": "10.10.0.0/16", "gw": "10.9.0.1"}),
+                "{v}"
+            );
+        }
+        assert_eq!(r.to_json("1.1.0", None)["routes"][0]["table"], 100);
     }
 
     #[test]
