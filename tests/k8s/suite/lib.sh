@@ -192,6 +192,29 @@ verify_pod_rail() {
 	echo "$ip"
 }
 
+gid_of_ipv6() { # the RoCE v2 GID of an IPv6 address (any spelling), as sysfs prints it
+	python3 -c 'import ipaddress, sys; print(ipaddress.IPv6Address(sys.argv[1]).exploded)' "$1"
+}
+
+rail_of_pci() { # PCI_ADDRESS: the rail (rdma0..rdma3) whose PCI function that is
+	local r
+	for r in rdma0 rdma1 rdma2 rdma3; do [[ $(pci_of "$r") == "$1" ]] && { echo "$r"; return 0; }; done
+	fail "no rail has PCI address $1"
+}
+
+# --- Routed IPv6 rails (the B300 layout): a router per rail (tests/rail-router.sh) ---
+# shellcheck source=tests/rail-router.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../../rail-router.sh"
+B300_PREFIX=2001:db8:100 # inside the b300 examples' "prefix" (2001:db8:100::/48)
+rail_prefix() { echo "$B300_PREFIX:$(($1 + 1))::/64"; }
+# rail_routers_start: rails 0-3 each get a router announcing rail_prefix N, as a rail router
+# announces the node's own /64 on that rail.
+rail_routers_start() {
+	local n
+	for n in 0 1 2 3; do rail_router_start "$n" "$(rail_prefix "$n")" || fail "rail $n's router did not start"; done
+}
+rail_routers_stop() { local n; for n in 0 1 2 3; do rail_router_stop "$n"; done; }
+
 # What an attachment leaves on the node: host-local allocations, device-info files, children.
 host_local_count() { find /var/lib/cni/networks -type f -regex '.*/[0-9a-f.:]+' 2>/dev/null | wc -l; }
 # The CNI's device-info files (Multus's per-attachment cni/ directory; the device plugin's own,
@@ -239,4 +262,5 @@ cleanup_k8s() { # delete what a test made in default (pods first: their DEL need
 	kubectl delete pods --all -n default --grace-period=1 --wait=true --timeout=120s >/dev/null 2>&1 || true
 	kubectl delete net-attach-def --all -n default >/dev/null 2>&1 || true
 	probe_ipam_remove # after the pods: their DELs call it
+	rail_routers_stop
 }

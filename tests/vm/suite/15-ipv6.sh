@@ -3,43 +3,13 @@
 # the child gets its routable address by SLAAC. The router of rail N runs radvd in netns rtrN on
 # peerN, the second NIC on rail N's QEMU hub (the rail's L2 segment).
 
+# shellcheck source=tests/rail-router.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../../rail-router.sh"
+
 # start_router N PREFIX...: (re)start rail N's router announcing PREFIXes; RADVD_OPTS adds
 # interface options (e.g. "AdvRetransTimer 1000;")
-start_router() {
-	local n=$1 p conf=/tmp/radvd-$1.conf
-	shift
-	stop_router "$n"
-	ip netns add "rtr$n"
-	# A NIC moved into a namespace takes that namespace's defaults: no DAD for the router's
-	# link-local, so radvd can send from it at once.
-	ip netns exec "rtr$n" sysctl -qw net.ipv6.conf.default.accept_dad=0 net.ipv6.conf.all.forwarding=1
-	ip link set "peer$n" netns "rtr$n"
-	ip -n "rtr$n" link set lo up
-	ip -n "rtr$n" link set "peer$n" up
-	{
-		echo "interface peer$n {"
-		echo "  AdvSendAdvert on; MinRtrAdvInterval 3; MaxRtrAdvInterval 10; AdvDefaultLifetime 1800; ${RADVD_OPTS:-}"
-		for p in "$@"; do echo "  prefix $p { AdvOnLink on; AdvAutonomous on; };"; done
-		echo "};"
-	} >"$conf"
-	ip netns exec "rtr$n" radvd -C "$conf" -p "/run/radvd-$n.pid" -m stderr -n >"/tmp/radvd-$n.log" 2>&1 &
-	for _ in $(seq 50); do [[ -s /run/radvd-$n.pid ]] && break; sleep 0.1; done
-	[[ -s /run/radvd-$n.pid ]] || fail "radvd on rail $n did not start: $(cat "/tmp/radvd-$n.log")"
-}
-
-stop_router() { # stop_router N: radvd stopped, peerN back in the initial namespace
-	local n=$1
-	if [[ -s /run/radvd-$n.pid ]]; then
-		kill "$(cat "/run/radvd-$n.pid")" 2>/dev/null || true
-		rm -f "/run/radvd-$n.pid"
-	fi
-	if [[ -e /run/netns/rtr$n ]]; then
-		ip netns del "rtr$n"
-		# A physical NIC returns to the initial namespace when its namespace is torn down,
-		# which happens asynchronously.
-		for _ in $(seq 100); do ip link show "peer$n" >/dev/null 2>&1 && break; sleep 0.05; done
-	fi
-}
+start_router() { rail_router_start "$@" || fail "rail $1's router did not start"; }
+stop_router() { rail_router_stop "$1"; } # stop_router N: radvd stopped, peerN back
 
 # new_v6off_pod NAME: a pod whose pod network is IPv4-only: IPv6 disabled everywhere
 new_v6off_pod() {
