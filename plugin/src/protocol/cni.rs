@@ -376,36 +376,16 @@ impl CniResult {
                 Value::Object(o)
             })
             .collect();
-        let interfaces: Vec<Value> = self
-            .interfaces
-            .iter()
-            .map(|i| {
-                let mut i = i.clone();
-                // `mtu` on interfaces exists from 1.1.0 on.
-                if version != "1.1.0" {
-                    i.mtu = None;
-                }
-                serde_json::to_value(i).expect("an Interface always serializes")
-            })
-            .collect();
+        // `mtu` on interfaces exists from 1.1.0 on.
+        let interfaces = fields_of_version(&self.interfaces, version, |i| i.mtu = None);
         let mut doc = Map::new();
         doc.insert("cniVersion".into(), version.into());
         doc.insert("interfaces".into(), interfaces.into());
         doc.insert("ips".into(), ips.into());
         if !self.routes.is_empty() {
-            let routes: Vec<Value> = self
-                .routes
-                .iter()
-                .map(|r| {
-                    let mut r = r.clone();
-                    // mtu, advmss, priority, table and scope exist from 1.1.0 on: an IPAM that
-                    // sent them in an older result does not make ours say them.
-                    if version != "1.1.0" {
-                        r.extra.clear();
-                    }
-                    serde_json::to_value(r).expect("a Route always serializes")
-                })
-                .collect();
+            // mtu, advmss, priority, table and scope exist from 1.1.0 on: an IPAM that sent
+            // them in an older result does not make ours say them.
+            let routes = fields_of_version(&self.routes, version, |r| r.extra.clear());
             doc.insert("routes".into(), routes.into());
         }
         let dns = if self.dns.is_null() {
@@ -442,6 +422,25 @@ impl CniResult {
         doc["roce"] = list.into();
         doc
     }
+}
+
+/// Each item as JSON; in a result older than 1.1.0, after `drop_1_1_0` took away the fields
+/// that version added.
+fn fields_of_version<T: Clone + Serialize>(
+    items: &[T],
+    version: &str,
+    drop_1_1_0: impl Fn(&mut T),
+) -> Vec<Value> {
+    items
+        .iter()
+        .map(|item| {
+            let mut item = item.clone();
+            if version != "1.1.0" {
+                drop_1_1_0(&mut item);
+            }
+            serde_json::to_value(item).expect("a result field always serializes")
+        })
+        .collect()
 }
 
 /// Before 1.0.0 (0.3.0, 0.3.1, 0.4.0: one result shape, the Go library's types040) each ip
