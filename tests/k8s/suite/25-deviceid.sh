@@ -24,9 +24,7 @@ test_deviceid_pod_gets_a_child_on_each_allocated_rail() {
 		pci=$(jq -r --arg i "$ifn" '.[] | select(.interface == $i) | ."device-info".pci."pci-address"' <<<"$status")
 		[[ ,$alloc, == *",$pci,"* ]] || fail "device-info of $ifn names $pci, not one of the allocated devices ($alloc)"
 		# The child sits on the rail whose PCI function is that device.
-		rail=
-		for r in rdma0 rdma1 rdma2 rdma3; do [[ $(pci_of "$r") == "$pci" ]] && rail=$r; done
-		[[ -n $rail ]] || fail "no rail has PCI address $pci"
+		rail=$(rail_of_pci "$pci")
 		verify_pod_rail two-devices "$ifn" "$rail" >/dev/null
 		assert_eq "$(jq -r --arg i "$ifn" '.[] | select(.interface == $i) | ."device-info".pci."rdma-device"' <<<"$status")" \
 			"$(rail_rdma_dev "$rail")" "device-info rdma-device of $ifn"

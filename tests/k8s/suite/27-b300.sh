@@ -7,10 +7,7 @@
 # name that address's GID, never the placeholder's (the -placeholder example's nv-ipam
 # CIDRPool), and `roce-ipvlan env --exec` starts the job with UCX and NCCL steered to it.
 
-in_prefix() { # ADDR PREFIX
-	python3 -c 'import ipaddress, sys; sys.exit(ipaddress.ip_address(sys.argv[1]) not in ipaddress.ip_network(sys.argv[2]))' "$1" "$2"
-}
-in_any_prefix() { # ADDR PREFIX,PREFIX,...
+in_prefix() { # ADDR PREFIX[,PREFIX...]: ADDR is in one of them
 	python3 -c 'import ipaddress, sys; a = ipaddress.ip_address(sys.argv[1])
 sys.exit(not any(a in ipaddress.ip_network(p, strict=False) for p in sys.argv[2].split(",") if p))' "$1" "$2"
 }
@@ -92,13 +89,13 @@ env_steers() {
 		# Different indexes per rail: UCX picks by subnet, NCCL by family (and range).
 		assert_eq "${vars[NCCL_IB_ADDR_FAMILY]:-}" AF_INET6 "NCCL_IB_ADDR_FAMILY with per-rail GID indexes"
 		while read -r ifn idx slaac ph; do
-			in_any_prefix "$slaac" "${vars[UCX_IB_ROCE_SUBNETS]:-}" ||
+			in_prefix "$slaac" "${vars[UCX_IB_ROCE_SUBNETS]:-}" ||
 				fail "UCX_IB_ROCE_SUBNETS '${vars[UCX_IB_ROCE_SUBNETS]:-}' leaves out $ifn's SLAAC address $slaac"
-			[[ -z $ph ]] || ! in_any_prefix "$ph" "${vars[UCX_IB_ROCE_SUBNETS]}" ||
+			[[ -z $ph ]] || ! in_prefix "$ph" "${vars[UCX_IB_ROCE_SUBNETS]}" ||
 				fail "UCX_IB_ROCE_SUBNETS '${vars[UCX_IB_ROCE_SUBNETS]}' covers $ifn's placeholder $ph: UCX could pick its GID"
-			[[ -z ${vars[NCCL_IB_ADDR_RANGE]:-} ]] || in_any_prefix "$slaac" "${vars[NCCL_IB_ADDR_RANGE]}" ||
+			[[ -z ${vars[NCCL_IB_ADDR_RANGE]:-} ]] || in_prefix "$slaac" "${vars[NCCL_IB_ADDR_RANGE]}" ||
 				fail "NCCL_IB_ADDR_RANGE '${vars[NCCL_IB_ADDR_RANGE]}' leaves out $ifn's SLAAC address $slaac"
-			[[ -z $ph || -z ${vars[NCCL_IB_ADDR_RANGE]:-} ]] || ! in_any_prefix "$ph" "${vars[NCCL_IB_ADDR_RANGE]}" ||
+			[[ -z $ph || -z ${vars[NCCL_IB_ADDR_RANGE]:-} ]] || ! in_prefix "$ph" "${vars[NCCL_IB_ADDR_RANGE]}" ||
 				fail "NCCL_IB_ADDR_RANGE '${vars[NCCL_IB_ADDR_RANGE]}' covers $ifn's placeholder $ph"
 		done <<<"$rails"
 	fi
