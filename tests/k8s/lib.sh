@@ -15,7 +15,8 @@
 #   install_nv_ipam              nv-ipam's controller and node DaemonSet from its deploy/ tree
 #   install_sriovdp              the SR-IOV network device plugin's DaemonSet and its ConfigMap
 #   netstatus POD [NS]           the pod's k8s.v1.cni.cncf.io/network-status annotation (JSON)
-#   in_pod POD CMD...            kubectl exec in the pod's first container
+#   in_pod POD [-n NS] CMD...    CMD in the pod's container, as kubectl exec runs it (a pod
+#                                on this node entered directly: below)
 #   wait_pod_ready POD [SECS]    wait for the pod's Ready condition
 #   wait_pod_gone POD [SECS]     wait until the pod no longer exists
 #   check / fail / finish        a small test reporter: "ok ..." / "FAIL ..." lines and the
@@ -158,7 +159,9 @@ pull_images() {
 	done
 }
 
-# node_kubelet NAME IP KUBECONFIG CA: kubelet registering the node NAME with address IP
+# node_kubelet NAME IP KUBECONFIG CA: kubelet registering the node NAME with address IP. The
+# pods' periodic resync is the default minute (syncFrequency; it was 10 s): a pod's changes wake
+# the kubelet anyway (PLEG, the API), and each resync of each pod costs the TCG node CPU.
 node_kubelet() {
 	cat >"$K8S_DIR/kubelet.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
@@ -176,8 +179,6 @@ serializeImagePulls: false
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 evictionHard: { memory.available: "50Mi", nodefs.available: "1%", imagefs.available: "1%" }
-syncFrequency: 10s
-fileCheckFrequency: 5s
 nodeStatusUpdateFrequency: 10s
 EOF
 	daemon kubelet --config "$K8S_DIR/kubelet.yaml" --kubeconfig "$3" --hostname-override "$1" --node-ip "$2" --v=1
@@ -306,11 +307,38 @@ netstatus() { # netstatus POD [NS]
 	kubectl get pod "$1" -n "${2:-default}" -o jsonpath='{.metadata.annotations.k8s\.v1\.cni\.cncf\.io/network-status}'
 }
 
-in_pod() { # in_pod POD [-n NS] CMD...
-	local pod=$1 ns=default
+# in_pod POD [-n NS] CMD...: CMD in POD's container, in its namespaces, root, working
+# directory and environment, with its exit status. A pod whose container runs on this node is
+# entered directly (nsenter); any other goes through kubectl exec. Under QEMU TCG one kubectl exec
+# costs the node seconds of CPU (kubectl, the API server, the kubelet, containerd, runc exec and
+# runc init), and a test reads a pod's files a dozen times; what the pod sees is the same, since
+# the kernel answers by the reader's namespaces (the GID tables by its network namespace). The
+# path a user takes, kubectl exec, stays in the suite where it is the point (20-attach.sh).
+in_pod() {
+	local pod=$1 ns=default pid
 	shift
 	if [[ ${1:-} == -n ]]; then ns=$2; shift 2; fi
-	kubectl exec -n "$ns" "$pod" -- "$@"
+	if pid=$(pod_pid "$pod" "$ns"); then
+		local -a envs
+		mapfile -d '' envs <"/proc/$pid/environ" || return 1
+		nsenter -t "$pid" -m -u -i -n -p -C -r -w -- /usr/bin/env -i "${envs[@]}" "$@"
+	else
+		kubectl exec -n "$ns" "$pod" -- "$@"
+	fi
+}
+
+# pod_pid POD NS: the PID of POD's one running container on this node, read from containerd's
+# task bundles (the CRI's annotations in each container's OCI config); fails when there is none or
+# more than one (kubectl exec then picks the container).
+pod_pid() {
+	local dir pid pids=()
+	for dir in $(jq -r --arg pod "$1" --arg ns "$2" '.annotations // {}
+			| select(.["io.kubernetes.cri.container-type"] == "container"
+				and .["io.kubernetes.cri.sandbox-name"] == $pod and .["io.kubernetes.cri.sandbox-namespace"] == $ns)
+			| input_filename' /run/containerd/io.containerd.runtime.v2.task/k8s.io/*/config.json 2>/dev/null); do
+		pid=$(cat "${dir%/config.json}/init.pid" 2>/dev/null) && [[ -d /proc/$pid/ns ]] && pids+=("$pid")
+	done
+	((${#pids[@]} == 1)) && echo "${pids[0]}"
 }
 
 wait_pod_ready() { # wait_pod_ready POD [SECS] [NS]

@@ -30,7 +30,8 @@ test_pod_on_four_rails() {
 		hcas+=("$dev:$port") idxs+=("$idx")
 		ips+=("$(jq -r --arg i "net$i" '.[] | select(.interface == $i) | .ips[0]' <<<"$status")/32")
 	done
-	env=$(in_pod four roce-ipvlan env) || fail "roce-ipvlan env failed in the pod"
+	# Through kubectl exec, as a user runs it (in_pod enters a pod on this node directly).
+	env=$(kubectl exec four -- roce-ipvlan env) || fail "roce-ipvlan env failed in the pod (kubectl exec)"
 	note "env: $(tr '\n' ' ' <<<"$env")"
 	# What the settings are, read the way a job's shell reads them.
 	got=$(bash -c "$env"'

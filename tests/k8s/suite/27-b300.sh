@@ -105,14 +105,14 @@ env_steers() {
 # ones left out.
 nonzero_gids() {
 	# One grep reads every GID file (a process per file takes minutes under TCG); empty slots
-	# fail to read and are skipped, so grep's status says nothing. What must hold: the exec
+	# fail to read and are skipped, so grep's status says nothing. What must hold: the read
 	# worked and the pod sees the RDMA devices' GID tables at all (the report's pods do: the
 	# devices are there, their GIDs read as zero), else "reads no GIDs" would prove nothing.
 	local out tables
 	# shellcheck disable=SC2016 # expanded in the pod
 	out=$(in_pod "$1" sh -c 'set -- /sys/class/infiniband/*/ports/*/gids/0; [ -e "$1" ] && echo "tables=$#" || echo tables=0
 		grep -H . /sys/class/infiniband/*/ports/*/gids/* 2>/dev/null; true') ||
-		fail "kubectl exec in pod $1 failed"
+		fail "reading the GID tables in pod $1 failed"
 	tables=$(sed -n '1s/^tables=//p' <<<"$out")
 	((${tables:-0} > 0)) || fail "pod $1 sees no RDMA device's GID table (first line: '$(head -n 1 <<<"$out")')"
 	tail -n +2 <<<"$out" | grep -v ':0000:0000:0000:0000:0000:0000:0000:0000$' | grep -v ':fe80:' || true
