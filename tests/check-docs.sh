@@ -243,10 +243,10 @@ fact(env_first == bool(re.search(r"`ROCE_IPVLAN_COMMIT` at build time when set, 
 fact(env_first, "plugin/build.rs: ROCE_IPVLAN_COMMIT, then git, then \"unknown\" not found in that order (README.md#building says so)")
 
 # Test counts: what each tier of make test runs, from the files, against SUITE_EXPECT and the docs.
-def suite_tests(suite):
+def suite_tests(suite, files=""):
     names = []
     for f in sorted(os.listdir(f"tests/{suite}/suite")):
-        if re.match(r"[0-9].*\.sh$", f):
+        if re.match(r"[0-9].*\.sh$", f) and re.search(files, f):
             names += re.findall(r"(?m)^(test_[a-z0-9_]+)", read(f"tests/{suite}/suite/{f}"))
     return names
 vm_names = suite_tests("vm")
@@ -261,7 +261,9 @@ runs = {
     "fuzz-smoke": len(re.findall(r"(?m)^\[\[bin\]\]", read("fuzz/Cargo.toml"))),
     # fabric-test-flat: FABRIC_LAYOUT=flat, VM_RDMA=ofed; k8s-test: VM_RDMA=ofed
     "fabric-test-flat": sum(1 for t in suite_tests("fabric") if not t.startswith("test_routed6_")),
-    "k8s-test": sum(1 for t in suite_tests("k8s") if not t.startswith(("test_upstream_", "test_two_nodes_"))),
+    # k8s-test: VM_RDMA=ofed and the files K8S_SUITE_NODE names (SUITE_FILES)
+    "k8s-test": sum(1 for t in suite_tests("k8s", re.search(r"(?m)^K8S_SUITE_NODE = (.*)$", mk).group(1))
+                    if not t.startswith(("test_upstream_", "test_two_nodes_"))),
 }
 test_rule = re.search(r"(?ms)^test:\n(.*?)\n\n", mk).group(1)
 expect = {t: n for n, t in re.findall(r"SUITE_EXPECT=(\d+) \$\(MAKE\) ([\w-]+)", test_rule)}
