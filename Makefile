@@ -299,12 +299,11 @@ k8s-build-bg: deps
 # (docs/testing.md). 95 is k8s-test-nodes'.
 K8S_SUITE_NODE = ^([0-7][0-9]|80)-
 K8S_SUITE_CONTROL = ^(85|90)-
+K8S_SUITE = VM_KERNEL=backports VM_RDMA=ofed tests/k8s/run.sh tests/k8s/suite/run.sh
 k8s-test: deps
-	SUITE_FILES='$(K8S_SUITE_NODE)' VM_TIMEOUT=$${VM_TIMEOUT:-3000} VM_KERNEL=backports VM_RDMA=ofed \
-		tests/k8s/run.sh tests/k8s/suite/run.sh
+	SUITE_FILES='$(K8S_SUITE_NODE)' VM_TIMEOUT=$${VM_TIMEOUT:-3000} $(K8S_SUITE)
 k8s-test-control: deps
-	SUITE_FILES='$(K8S_SUITE_CONTROL)' SUITE_EXPECT=$${SUITE_EXPECT:-3} VM_KERNEL=backports VM_RDMA=ofed \
-		tests/k8s/run.sh tests/k8s/suite/run.sh
+	SUITE_FILES='$(K8S_SUITE_CONTROL)' SUITE_EXPECT=$${SUITE_EXPECT:-3} $(K8S_SUITE)
 
 # Two nodes (docs/testing.md, "Two nodes"): the flat fabric's hosts a and b as nodes roce-node
 # and roce-node-b of one cluster, and the suite's test_two_nodes_* tests: RDMA between pods the
