@@ -56,18 +56,20 @@ cleanup_host_addrs() {
 
 # perftest_pair SERVER_POD CLIENT_POD CMD...: run a perftest CMD (e.g. ib_write_bw -d rxe0 -x 1)
 # as server in one pod and client in the other; sets OUT to both outputs (server first) and RC
-# to 0 when both succeeded, else 1.
+# to 0 when both succeeded, else 1. With -F: under TCG perftest's own clock check (a regression
+# of cycles against gettimeofday, r^2 >= 0.9) fails now and then, and without -F it then exits
+# 1 after the transfer ("Can't produce a report"), which is not what these tests are about.
 perftest_pair() {
 	local srv=$1 cli=$2 slog clog spid src=0 crc=0 port=18515
 	shift 2
 	slog=$(mktemp) clog=$(mktemp)
-	in_pod "$srv" timeout 60 "$@" -p "$port" >"$slog" 2>&1 &
+	in_pod "$srv" timeout 60 "$@" -F -p "$port" >"$slog" 2>&1 &
 	spid=$!
 	for _ in $(seq 100); do
 		in_pod "$srv" ss -ltnH "sport = :$port" | grep . >/dev/null && break
 		sleep 0.1
 	done
-	in_pod "$cli" timeout 60 "$@" -p "$port" 192.168.130.1 >"$clog" 2>&1 || crc=$?
+	in_pod "$cli" timeout 60 "$@" -F -p "$port" 192.168.130.1 >"$clog" 2>&1 || crc=$?
 	wait "$spid" || src=$?
 	OUT="--- server ($srv, exit $src) ---"$'\n'"$(cat "$slog")"$'\n'"--- client ($cli, exit $crc) ---"$'\n'"$(cat "$clog")"
 	rm -f "$slog" "$clog"
