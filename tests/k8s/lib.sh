@@ -249,7 +249,13 @@ EOF
 	# The thick daemon looks each delegate up in its own /opt/cni/bin (the node's, mounted)
 	# before it runs it chrooted into the node's root: the node's reference plugins there are
 	# links into /usr/lib/cni (node_host), which it mounts too.
+	# Its init container (install_multus, which copies the shim into /opt/cni/bin) asks for 10m
+	# of CPU: on a busy TCG node that share starved it, Init:0/1 for 13 and 15 min on roce-node
+	# in two runs; it gets the share of a container that has work to do.
 	[[ $mode == thick ]] && cat >>"$dir/kustomization.yaml" <<'EOF'
+      - op: replace
+        path: /spec/template/spec/initContainers/0/resources/requests/cpu
+        value: 500m
       - op: add
         path: /spec/template/spec/volumes/-
         value: { name: usr-lib-cni, hostPath: { path: /usr/lib/cni } }
