@@ -246,12 +246,12 @@ patches:
         path: /spec/template/spec/containers/0/resources/limits/memory
         value: 512Mi
 EOF
-	# The thick daemon looks each delegate up in its own /opt/cni/bin (the node's, mounted)
-	# before it runs it chrooted into the node's root: the node's reference plugins there are
-	# links into /usr/lib/cni (node_host), which it mounts too.
-	# Its init container (install_multus, which copies the shim into /opt/cni/bin) asks for 10m
-	# of CPU: on a busy TCG node that share starved it, Init:0/1 for 13 and 15 min on roce-node
-	# in two runs; it gets the share of a container that has work to do.
+	# Thick: its init container (install_multus, which copies the shim into /opt/cni/bin) asks
+	# for 10m of CPU: on a busy TCG node that share starved it, Init:0/1 for 13 and 15 min on
+	# roce-node in two runs; it gets the share of a container that has work to do. And the
+	# daemon looks each delegate up in its own /opt/cni/bin (the node's, mounted) before it runs
+	# it chrooted into the node's root: the node's reference plugins there are links into
+	# /usr/lib/cni (node_host), which it mounts too.
 	[[ $mode == thick ]] && cat >>"$dir/kustomization.yaml" <<'EOF'
       - op: replace
         path: /spec/template/spec/initContainers/0/resources/requests/cpu
