@@ -8,7 +8,8 @@
 #            (containerd/v2), runc (opencontainers/runc, with libseccomp), multus,
 #            thin_entrypoint, install_multus, passthru-cni, multus-daemon, multus-shim
 #            (multus-cni.v4), railpf (our device
-#            plugin offering the rails by PCI address, tests/k8s/go/railpf), helm (tests/helm)
+#            plugin offering the rails by PCI address, tests/k8s/go/railpf), helm (tests/helm; not with
+#            K8S_HELM=0)
 #   registry/  container images as OCI image layouts, one folder per repository, which
 #            tests/k8s/registry.py serves to the node's containerd as registry "localhost": the
 #            pause image, Multus thin and thick, the roce-ipvlan installer image (make image), a changed
@@ -23,7 +24,7 @@
 # Environment: ROCE_VM_CACHE (the harness's cache, default ~/.cache/roce-ipvlan), GO (a Go 1.26
 # or newer; default: /usr/local/go/bin/go when it is one, else `go` on PATH), IMAGE_BUILDER
 # (podman), ROCE_IPVLAN_IMAGE (the installer image the node runs, default
-# localhost/roce-ipvlan:<version>; built with `make image IMAGE=...`).
+# localhost/roce-ipvlan:<version>; built with `make image IMAGE=...`), K8S_HELM (0: no helm).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
@@ -84,10 +85,14 @@ build_go multus "-s -w" gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/multus \
 	gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/multus-shim
 # The rails' device plugin (stands in for the SR-IOV network device plugin, which the proxy refuses).
 build_go railpf "-s -w" roce-ipvlan.test/k8s/railpf
-# helm for the chart test (suite/85-helm.sh): its own go.mod and cache (tests/helm/build.sh).
-helm=$("$here/../helm/build.sh")
-if ! cmp -s "$helm" "$bin/helm"; then
-	cp "$helm" "$bin/helm.tmp" && mv -f "$bin/helm.tmp" "$bin/helm"
+# helm for the chart test (suite/85-helm.sh: make k8s-test-control, make release-test): its own
+# go.mod and cache (tests/helm/build.sh). K8S_HELM=0 leaves it out: make test's k8s tier runs no
+# chart test, and helm's first build is about 8 min of the 2 cores (docs/testing.md).
+if [[ ${K8S_HELM:-1} != 0 ]]; then
+	helm=$("$here/../helm/build.sh")
+	if ! cmp -s "$helm" "$bin/helm"; then
+		cp "$helm" "$bin/helm.tmp" && mv -f "$bin/helm.tmp" "$bin/helm"
+	fi
 fi
 mkdir -p "$cache/manifests"
 multus_dir=$(cd "$here/go/multus" && "$go" list -m -f '{{.Dir}}' gopkg.in/k8snetworkplumbingwg/multus-cni.v4)

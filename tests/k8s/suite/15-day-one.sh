@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # Day one on a cluster (docs/deploy.md): the installer stays Ready while a RoCE port it does not
 # own is down, and stays on a node that gets a taint nobody told it about; a pod's GID indexes
-# are in its object.
+# are in its object, and its deletion (kubelet → containerd → Multus → DEL) leaves nothing on
+# the node.
 
 installer_ready() {
 	[[ $(kubectl -n roce-ipvlan get pods -l app.kubernetes.io/component=cni-installer \
@@ -82,10 +83,13 @@ check_gids() {
 }
 
 test_pod_gid_indexes_in_its_object() {
-	local gids uid
+	local gids uid before
+	before=$(leftovers)
 	rail_nad gids
 	testpod gidpod "$(networks_on_rails gids rdma1 rdma2)"
 	wait_pod_ready gidpod 300 || { kubectl describe pod gidpod | tail -n 15; fail "pod 'gidpod' is not Ready"; }
+	[[ $(host_local_count) -ge $((${before%% *} + 2)) ]] ||
+		fail "expected 2 more host-local allocations while gidpod runs, found $(host_local_count) (before: ${before%% *})"
 	gids=$(gids_of gidpod 2)
 	note "roce-ipvlan.io/gids: $gids"
 	if [[ -z $gids ]]; then
@@ -98,6 +102,8 @@ test_pod_gid_indexes_in_its_object() {
 	# A pod recreated under the same name shows its own sandbox's GIDs, never the old one's.
 	uid=$(kubectl get pod gidpod -o jsonpath='{.metadata.uid}')
 	kubectl delete pod gidpod --grace-period=1 --wait=true --timeout=120s >/dev/null
+	# The pod's host-local allocations, device-info files and children went with it.
+	assert_eq "$(leftovers)" "$before" "host-local allocations, device-info files, ipvlan children after gidpod's deletion"
 	testpod gidpod "$(networks_on_rails gids rdma3)"
 	wait_pod_ready gidpod 300 || { kubectl describe pod gidpod | tail -n 15; fail "pod 'gidpod' (recreated) is not Ready"; }
 	[[ $(kubectl get pod gidpod -o jsonpath='{.metadata.uid}') != "$uid" ]] || fail "the pod was not recreated"

@@ -1,40 +1,15 @@
 # shellcheck shell=bash
-# Pod deletion (kubelet → containerd → Multus → DEL) leaves nothing on the node: children,
-# host-local allocations, device-info files; also after a force delete and after containerd
-# restarts in the middle of an attachment.
-
-baseline() { echo "$(host_local_count) $(devinfo_count) $(children_count)"; }
-back_to() { [[ $(baseline) == "$1" ]]; } # for wait_for, which runs its command again each try
-
-test_delete_leaves_nothing() {
-	local before
-	before=$(baseline)
-	rail_nad del
-	testpod del1 "$(networks_on_rails del rdma0 rdma1)"
-	wait_pod_ready del1 300 || fail "pod del1 not Ready"
-	[[ $(host_local_count) -ge 2 ]] || fail "expected 2 host-local allocations while del1 runs, found $(host_local_count)"
-	kubectl delete pod del1 --wait=true --timeout=120s >/dev/null
-	assert_eq "$(baseline)" "$before" "host-local allocations, device-info files, ipvlan children after delete"
-}
-
-test_force_delete_leaves_nothing() {
-	local before
-	before=$(baseline)
-	rail_nad force
-	testpod force1 "$(networks_on_rails force rdma2 rdma3)"
-	wait_pod_ready force1 300 || fail "pod force1 not Ready"
-	kubectl delete pod force1 --grace-period=0 --force >/dev/null 2>&1
-	# The API object goes at once; kubelet tears the sandbox down after.
-	wait_for 300 "kubelet to tear force1 down" back_to "$before" ||
-		fail "after a force delete: expected '$before' (allocations devinfo children), found '$(baseline)'"
-}
+# containerd restarting in the middle of an attachment leaves nothing on the node. (A deletion
+# leaving nothing is checked where pods are deleted: test_pod_gid_indexes_in_its_object, the
+# force delete in test_nv_ipam_force_delete_returns_the_addresses, and after each pod of the
+# other tests.)
 
 # containerd goes away while the plugin's ADD is inside IPAM (probe-ipam holds the first ADD
 # 20 s, and the test waits for it to be held), so the restart lands in the attachment, never
 # after it: the orphaned ADD, kubelet's new sandbox and the DELs must still leave nothing.
 test_containerd_restart_mid_attach() {
 	local before extra
-	before=$(baseline)
+	before=$(leftovers)
 	extra=$(probe_ipam 20 once)
 	rail_nad restart "$extra"
 	testpod restart1 "$(networks_on_rails restart rdma0 rdma1 rdma2)"

@@ -13,7 +13,7 @@ sandbox_event_names() { # POD NAD: one of its sandbox events names the NAD
 
 test_broken_nad_shows_the_plugin_message() {
 	local before msg
-	before="$(host_local_count) $(devinfo_count) $(children_count)"
+	before=$(leftovers)
 	nad broken '{"cniVersion": "1.0.0", "name": "broken", "type": "roce-ipvlan", "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.57.0.0/24"}]]}}'
 	testpod broken1 '[{"name": "broken", "interface": "net1"}]'
 	# The kubelet retries a failed sandbox with backoff and records each failure as an event. An
@@ -32,5 +32,5 @@ test_broken_nad_shows_the_plugin_message() {
 	assert_match "$msg" 'no rail named: expected \\?"master\\?" \(a netdev such as rdma3\)' \
 		"the event carries the plugin's message, naming what is missing"
 	kubectl delete pod broken1 --wait=true --timeout=120s >/dev/null
-	assert_eq "$(host_local_count) $(devinfo_count) $(children_count)" "$before" "what the failed attachments left"
+	assert_eq "$(leftovers)" "$before" "what the failed attachments left"
 }

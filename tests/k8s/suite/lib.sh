@@ -230,6 +230,9 @@ children_count() { # ipvlan children in any netns of the node
 	done
 	echo "$n"
 }
+# leftovers: "ALLOCATIONS DEVINFO CHILDREN", to compare before a pod and after its deletion.
+leftovers() { echo "$(host_local_count) $(devinfo_count) $(children_count)"; }
+back_to() { [[ $(leftovers) == "$1" ]]; } # for wait_for, which runs its command again each try
 
 # pod_debug POD: on stderr, what tells a pod that never got far (no sandbox, no event) from one
 # that did: its node, phase and conditions, its events, and what the scheduler, the kubelet and
