@@ -12,7 +12,7 @@
 # skipped". Returns non-zero when a test failed or none ran, and, when SUITE_EXPECT is set (make
 # test sets it for each tier), when fewer than SUITE_EXPECT tests ran: a kernel or package
 # change that makes tests skip must not shrink a tier silently. SUITE_FILES, an ERE, keeps only
-# the files whose name matches it (e.g. '^[0-2]'): a shard of the suite (tests/vm/shards.sh).
+# the files whose name matches it (e.g. '^[3-9]'): a shard of the suite (tests/vm/shards.sh).
 run_suite() {
 	local label=$1 dir=$2 cleanup=$3
 	shift 3

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The VM suite in several VMs at once, one shard of its files each (make vm-test):
 #
-#   tests/vm/shards.sh [SHARD_ERE...]   (default: VM_SHARDS, else '^[0-2]' '^[3-9]')
+#   tests/vm/shards.sh [SHARD_ERE...]   (default: VM_SHARDS, else '^([01]|2[0-6])' '^(2[7-9]|[3-9])')
 #
 # Each SHARD_ERE selects the suite files whose name matches it (SUITE_FILES of
 # tests/suite-runner.sh); the shards together must cover every file once, which is checked
@@ -14,7 +14,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 if (($# == 0)); then
-	read -r -a shards <<<"${VM_SHARDS:-^[0-2] ^[3-9]}"
+	read -r -a shards <<<"${VM_SHARDS:-^([01]|2[0-6]) ^(2[7-9]|[3-9])}"
 	set -- "${shards[@]}"
 fi
 

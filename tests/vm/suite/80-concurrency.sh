@@ -114,6 +114,19 @@ test_concurrency_del_waits_for_its_orphaned_add() {
 	assert_eq "$(host_local_ips corph)" "" "host-local allocations after the DEL"
 }
 
+# conc_leftovers: what a round could leave that host_snapshot does not show: each rail's RoCE
+# GIDs (a child's stay until its netdev is gone) and the plugin's pod records. With it, a round
+# ends where it began, so a second round proves nothing more (make test runs one, CONC_ROUNDS).
+conc_leftovers() {
+	local rail n
+	for rail in $CONC_RAILS; do
+		n=$(cat /sys/class/infiniband/"$(rail_rdma_dev "$rail")"/ports/1/gids/* |
+			grep -vc '^0000:0000:0000:0000:0000:0000:0000:0000$' || true)
+		echo "$rail: $n GIDs"
+	done
+	if [[ -d /run/roce-ipvlan/attachments ]]; then find /run/roce-ipvlan/attachments -type f | sort; fi
+}
+
 test_concurrency_pods_by_rails_rounds() {
 	require_plugin
 	CONC_PODS=${CONC_PODS:-32} CONC_ROUNDS=${CONC_ROUNDS:-2}
@@ -132,6 +145,7 @@ test_concurrency_pods_by_rails_rounds() {
 		n=$((n + 1))
 	done
 	host_snapshot >/tmp/conc/host.before
+	conc_leftovers >/tmp/conc/left.before
 	for round in $(seq "$CONC_ROUNDS"); do
 		rm -f /tmp/conc/pod*
 		for p in $(seq "$CONC_PODS"); do new_pod "conc$p"; done
@@ -197,6 +211,13 @@ test_concurrency_pods_by_rails_rounds() {
 			ip netns del "conc$p"
 		done
 		assert_eq "$(host_snapshot | diff /tmp/conc/host.before - || true)" "" "round $round: the host changed"
+		# The GIDs go with their children a moment after the DEL (the kernel's netdev events).
+		for _ in $(seq 60); do
+			conc_leftovers | cmp -s /tmp/conc/left.before - && break
+			sleep 0.5
+		done
+		assert_eq "$(conc_leftovers | diff /tmp/conc/left.before - || true)" "" \
+			"round $round: GIDs or pod records left"
 		note "round $round: $CONC_PODS pods x 4 rails: ADD ${t_add}s, CHECK ${t_check}s, DEL ${t_del}s, no failure, nothing left"
 	done
 }
