@@ -261,6 +261,9 @@ runs = {
     "fuzz-smoke": len(re.findall(r"(?m)^\[\[bin\]\]", read("fuzz/Cargo.toml"))),
     # fabric-test-flat: FABRIC_LAYOUT=flat, VM_RDMA=ofed; k8s-test: VM_RDMA=ofed
     "fabric-test-flat": sum(1 for t in suite_tests("fabric") if not t.startswith("test_routed6_")),
+    # crd-test: tests/k8s/crd-test.sh's SUITE_FILES ('^90-') on the host, test_crds_* only (K8S_API_ONLY)
+    "crd-test": sum(1 for t in suite_tests("k8s", re.search(r"SUITE_FILES='([^']*)'", read("tests/k8s/crd-test.sh")).group(1))
+                    if t.startswith("test_crds_")),
     # k8s-test: VM_RDMA=ofed and the files K8S_SUITE_NODE names (SUITE_FILES)
     "k8s-test": sum(1 for t in suite_tests("k8s", re.search(r"(?m)^K8S_SUITE_NODE = (.*)$", mk).group(1))
                     if not t.startswith(("test_upstream_", "test_two_nodes_"))),
