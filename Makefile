@@ -29,9 +29,12 @@
 #                  by name from tests/k8s/go, cached
 #   make k8s-test-control  the suite's chart and CRD tests (85-helm.sh, 90-crds.sh) on a node of
 #                  their own; not in make test (its budget)
+#   make crd-test  the suite's CRD tests (90-crds.sh) on the host, against an API server of their
+#                  own (etcd, kube-apiserver and the controller manager of the node's build on free
+#                  ports of 127.0.0.1; tests/k8s/crd-test.sh): about 20 s, no VM; in make test
 #   make test      deps + lint + unit + fuzz-smoke + validate-manifests + image-test + vm-test +
-#                  vm-rust + vm-ofed + fabric-test-flat + fabric-test-routed6 + k8s-test (what CI
-#                  runs; k8s-test-nodes is left out, docs/testing.md); each suite must run at least the
+#                  vm-rust + vm-ofed + fabric-test-flat + fabric-test-routed6 + crd-test + k8s-test
+#                  (what CI runs; k8s-test-nodes is left out, docs/testing.md); each suite must run at least the
 #                  tests it is known to have (SUITE_EXPECT, tests/suite-runner.sh); the Kubernetes
 #                  node's build starts after vm-test, in the background at low priority
 #                  (k8s-build-bg; not beside vm-test: perftest's clock check there fails on a
@@ -127,7 +130,7 @@ STATIC_BIN = target/$(RUST_TARGET)/release/roce-ipvlan
 STATIC_ANNOTATE_BIN = target/$(RUST_TARGET)/release/roce-ipvlan-annotate
 IMAGE_CONTEXT = target/image/$(RUST_TARGET)
 
-.PHONY: k8s-test k8s-test-control demo-k8s k8s-build k8s-build-bg
+.PHONY: k8s-test k8s-test-control crd-test demo-k8s k8s-build k8s-build-bg
 .PHONY: k8s-test-nodes build unit lint vm-test vm-rust vm-suite test vm-shell demo deps validate-manifests static static-bin image image-deps image-multiarch image-push image-test fabric-test fabric-test-flat fabric-test-routed6 demo-traffic fuzz fuzz-smoke vm-ofed release release-deps release-test
 
 build:
@@ -173,6 +176,7 @@ test:
 	SUITE_EXPECT=5 $(MAKE) vm-ofed
 	SUITE_EXPECT=14 $(MAKE) fabric-test-flat
 	SUITE_EXPECT_ROUTED6=3 $(MAKE) fabric-test-routed6
+	SUITE_EXPECT=2 $(MAKE) crd-test
 	SUITE_EXPECT=16 $(MAKE) k8s-test
 
 # static: tests/check-docs.sh holds deploy.md's size of the shipped binary to the built one.
@@ -296,7 +300,9 @@ k8s-build-bg: deps
 # installed, tested, upgraded and uninstalled; the CRDs against the examples), which need the API
 # server and not the node's network: on one boot of their own, outside make test for its budget
 # (docs/testing.md). 95 is k8s-test-nodes'. k8s-test and k8s-build-bg build no helm (K8S_HELM=0,
-# tests/k8s/build.sh): only the chart test uses it.
+# tests/k8s/build.sh): only the chart test uses it. crd-test runs 90 in make test, on the host:
+# an API server of its own from the node's binaries (tests/k8s/build.sh --control-plane, which
+# builds neither helm nor the images), no VM.
 K8S_SUITE_NODE = ^([0-7][0-9]|80)-
 K8S_SUITE_CONTROL = ^(85|90)-
 K8S_SUITE = VM_KERNEL=backports VM_RDMA=ofed tests/k8s/run.sh tests/k8s/suite/run.sh
@@ -304,6 +310,8 @@ k8s-test: deps
 	K8S_HELM=0 SUITE_FILES='$(K8S_SUITE_NODE)' VM_TIMEOUT=$${VM_TIMEOUT:-3000} $(K8S_SUITE)
 k8s-test-control: deps
 	SUITE_FILES='$(K8S_SUITE_CONTROL)' SUITE_EXPECT=$${SUITE_EXPECT:-3} $(K8S_SUITE)
+crd-test: deps build
+	tests/k8s/crd-test.sh
 
 # Two nodes (docs/testing.md, "Two nodes"): the flat fabric's hosts a and b as nodes roce-node
 # and roce-node-b of one cluster, and the suite's test_two_nodes_* tests: RDMA between pods the

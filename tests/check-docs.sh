@@ -261,12 +261,17 @@ runs = {
     "fuzz-smoke": len(re.findall(r"(?m)^\[\[bin\]\]", read("fuzz/Cargo.toml"))),
     # fabric-test-flat: FABRIC_LAYOUT=flat, VM_RDMA=ofed; k8s-test: VM_RDMA=ofed
     "fabric-test-flat": sum(1 for t in suite_tests("fabric") if not t.startswith("test_routed6_")),
+    # fabric-test-routed6: FABRIC_ROUTED6_TESTS, routed6's own tests (SUITE_EXPECT_ROUTED6)
+    "fabric-test-routed6": sum(1 for t in suite_tests("fabric") if t.startswith("test_routed6_")),
+    # crd-test: tests/k8s/crd-test.sh's SUITE_FILES ('^90-') on the host, test_crds_* only (K8S_API_ONLY)
+    "crd-test": sum(1 for t in suite_tests("k8s", re.search(r"SUITE_FILES='([^']*)'", read("tests/k8s/crd-test.sh")).group(1))
+                    if t.startswith("test_crds_")),
     # k8s-test: VM_RDMA=ofed and the files K8S_SUITE_NODE names (SUITE_FILES)
     "k8s-test": sum(1 for t in suite_tests("k8s", re.search(r"(?m)^K8S_SUITE_NODE = (.*)$", mk).group(1))
                     if not t.startswith(("test_upstream_", "test_two_nodes_"))),
 }
 test_rule = re.search(r"(?ms)^test:\n(.*?)\n\n", mk).group(1)
-expect = {t: n for n, t in re.findall(r"SUITE_EXPECT=(\d+) \$\(MAKE\) ([\w-]+)", test_rule)}
+expect = {t: n for n, t in re.findall(r"SUITE_EXPECT(?:_ROUTED6)?=(\d+) \$\(MAKE\) ([\w-]+)", test_rule)}
 for tier, n in runs.items():
     fact(expect.get(tier) == str(n), f"Makefile: make test's SUITE_EXPECT for {tier} is {expect.get(tier, 'not set')}, "
          f"the tier runs {n} (its suite files, skip rules, ignored tests or fuzz targets)")
@@ -275,20 +280,22 @@ m = re.search(r"\(`SUITE_EXPECT`: ([^;]*);", testing)
 fact(m is not None, "docs/testing.md: no '(`SUITE_EXPECT`: ...;' list in make test's row")
 if m:
     label = {"fuzz-smoke": "fuzz-smoke", "vm": "vm-test", "vm-rust": "vm-rust", "vm-ofed": "vm-ofed",
-             "fabric": "fabric-test-flat", "k8s": "k8s-test"}
+             "fabric": "fabric-test-flat", "routed6": "fabric-test-routed6", "k8s": "k8s-test"}
     doc = {label.get(k, k): v for k, v in re.findall(r"([\w-]+) (\d+)", m.group(1))}
     fact(doc == expect, f"docs/testing.md quotes SUITE_EXPECT {doc}, make test sets {expect}")
 m = re.search(r"the whole suite \((\d+) tests\)", testing)
 fact(m is not None and m.group(1) == str(runs["vm-test"]),
      f"docs/testing.md: the VM suite has {runs['vm-test']} tests, the page says {m.group(1) if m else 'nothing parsable'}")
-m = re.search(r"files `\^\[0-2\]` \((\d+) tests and\s+the (\d+) of the other RDMA view skipped\) and `\^\[3-9\]` \((\d+)\)", testing)
+m = re.search(r"files `00` to `26` \((\d+) tests\s+and the (\d+) of the other RDMA view skipped\) and `27` to `80` \((\d+)\)", testing)
 def shard(ere, ofed):
     names = []
     for f in sorted(os.listdir("tests/vm/suite")):
         if re.match(r"[0-9].*\.sh$", f) and re.match(ere, f):
             names += re.findall(r"(?m)^(test_[a-z0-9_]+)", read(f"tests/vm/suite/{f}"))
     return sum(1 for t in names if t.startswith("test_ofed_") == ofed)
-want = (str(shard(r"[0-2]", False)), str(shard(r"[0-2]", True)), str(shard(r"[3-9]", False)))
+# tests/vm/shards.sh's default shards; every file is in one (it checks that before booting)
+shards = re.search(r'VM_SHARDS:-(\S+) (\S+)\}', read("tests/vm/shards.sh")).groups()
+want = (str(shard(shards[0], False)), str(shard(shards[0], True)), str(shard(shards[1], False)))
 fact(m is not None and m.groups() == want,
      f"docs/testing.md: vm-test's shards run {want[0]} (and skip {want[1]}) and {want[2]} tests, the page says {m.groups() if m else 'nothing parsable'}")
 routed6 = sum(1 for t in suite_tests("fabric") if t.startswith("test_routed6_"))

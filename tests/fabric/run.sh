@@ -85,27 +85,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# One UDP port per end of each link, all picked in one go (no two alike) below the kernel's
-# ephemeral range, so that no other socket on the host (a DNS lookup's, say) takes one between
-# now and QEMU's bind; each is free on 127.0.0.1 when picked.
-free_ports() { # free_ports N
-	python3 - "$1" <<'EOF'
-import random, socket, sys
-low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
-want, socks = int(sys.argv[1]), []
-for port in random.sample(range(10000, low), low - 10000):
-    if len(socks) == want:
-        break
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    try:
-        s.bind(("127.0.0.1", port))
-    except OSError:
-        s.close()
-        continue
-    socks.append(s)
-print(" ".join(str(s.getsockname()[1]) for s in socks))
-EOF
-}
+# One UDP port per end of each link (free_ports: below the ephemeral range, free when picked).
+# shellcheck source=tests/free-ports.sh
+source "$repo/tests/free-ports.sh"
 link() { # link PORT_HERE PORT_THERE: the -netdev backend of one end
 	echo "socket,localaddr=127.0.0.1:$1,udp=127.0.0.1:$2"
 }

@@ -21,11 +21,20 @@
 # takes long (docs/testing.md gives the times).
 #
 #   tests/k8s/build.sh            build what is missing or stale, print the cache directory
+#   tests/k8s/build.sh --control-plane
+#                                 only the Kubernetes binaries and etcd (tests/k8s/crd-test.sh:
+#                                 an API server on the host needs no node, images or installer)
 # Environment: ROCE_VM_CACHE (the harness's cache, default ~/.cache/roce-ipvlan), GO (a Go 1.26
 # or newer; default: /usr/local/go/bin/go when it is one, else `go` on PATH), IMAGE_BUILDER
 # (podman), ROCE_IPVLAN_IMAGE (the installer image the node runs, default
 # localhost/roce-ipvlan:<version>; built with `make image IMAGE=...`), K8S_HELM (0: no helm).
 set -euo pipefail
+control_plane=0
+case ${1:-} in
+--control-plane) control_plane=1 ;;
+'') ;;
+*) echo "usage: build.sh [--control-plane]" >&2; exit 2 ;;
+esac
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 cache=${ROCE_VM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/roce-ipvlan}/k8s
@@ -70,6 +79,10 @@ done
 build_go kube "$kld" k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
 	k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kubectl
 build_go etcd "-s -w" roce-ipvlan.test/k8s/etcd
+if ((control_plane)); then
+	echo "$cache"
+	exit 0
+fi
 cver=$(modver containerd github.com/containerd/containerd/v2)
 build_go containerd "-s -w -X github.com/containerd/containerd/v2/version.Version=v$cver" \
 	github.com/containerd/containerd/v2/cmd/containerd github.com/containerd/containerd/v2/cmd/ctr \

@@ -1,10 +1,16 @@
 # shellcheck shell=bash
 # Helpers for code running on the Kubernetes test node (sourced by tests/k8s/node.sh, and by
-# the scripts it runs: `source "$K8S_LIB"`). Nothing here runs on the host.
+# the scripts it runs: `source "$K8S_LIB"`). On the host only tests/k8s/crd-test.sh uses them
+# (daemon, wait_for and the control plane's below, for an API server alone); nothing else here
+# runs on the host.
 #
 #   daemon [--restart] NAME ARGS...
 #                                start bin/NAME in the background, its log in $K8S_LOGS/NAME.log
 #                                (with --restart, started again whenever it exits)
+#   pki_init DIR, cert DIR NAME SUBJECT [SANS], kubeconfig FILE SERVER DIR USER,
+#   apiserver [--restart] DIR ETCD_URL PORT ADDRESS [ARGS...]
+#                                the control plane's certificates, kubeconfigs and API server
+#                                (node.sh; crd-test.sh): below
 #   node_host, node_containerd, node_kubelet, node_railpf
 #                                a node's own side, on the first node (node.sh) and on the
 #                                second (worker.sh): below
@@ -54,6 +60,75 @@ wait_for() { # wait_for SECS WHAT CMD...
 	echo "k8s: gave up after ${secs}s waiting for $what (last try: $*)" >&2
 	"$@" >&2 || true
 	return 1
+}
+
+# --- the control plane (node.sh; crd-test.sh, an API server alone on the host) --------------
+# pki_init DIR: a CA in DIR (ca.key, ca.crt) and the service accounts' signing key pair (sa.key,
+# sa.pub). ECDSA keys: fast under TCG.
+pki_init() {
+	openssl ecparam -name prime256v1 -genkey -noout -out "$1/ca.key" 2>/dev/null
+	openssl req -x509 -new -key "$1/ca.key" -subj /CN=roce-ipvlan-test-ca -days 30 -out "$1/ca.crt" 2>/dev/null
+	openssl ecparam -name prime256v1 -genkey -noout -out "$1/sa.key" 2>/dev/null
+	openssl ec -in "$1/sa.key" -pubout -out "$1/sa.pub" 2>/dev/null
+}
+
+# cert DIR NAME SUBJECT [SUBJECT_ALT_NAMES]: DIR/NAME.key and DIR/NAME.crt, signed by DIR's CA,
+# for serving and for clients.
+cert() {
+	local pki=$1 ext
+	openssl ecparam -name prime256v1 -genkey -noout -out "$pki/$2.key" 2>/dev/null
+	ext=$(mktemp)
+	{
+		echo "basicConstraints=CA:FALSE"
+		echo "keyUsage=digitalSignature,keyEncipherment"
+		echo "extendedKeyUsage=serverAuth,clientAuth"
+		[[ -n ${4:-} ]] && echo "subjectAltName=$4"
+	} >"$ext"
+	openssl req -new -key "$pki/$2.key" -subj "$3" 2>/dev/null |
+		openssl x509 -req -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial -days 30 \
+			-extfile "$ext" -out "$pki/$2.crt" 2>/dev/null
+	rm -f "$ext"
+}
+
+# kubeconfig FILE SERVER DIR USER: FILE, a kubeconfig for SERVER (https://ADDRESS:PORT) as
+# USER, with DIR's CA and DIR/USER's certificate.
+kubeconfig() {
+	cat >"$1" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+  - name: test
+    cluster: { server: "$2", certificate-authority: $3/ca.crt }
+users:
+  - name: $4
+    user: { client-certificate: $3/$4.crt, client-key: $3/$4.key }
+contexts:
+  - name: test
+    context: { cluster: test, user: $4 }
+current-context: test
+EOF
+}
+
+# apiserver [--restart] DIR ETCD_URL PORT ADDRESS [ARGS...]: kube-apiserver (a daemon) on PORT,
+# advertising ADDRESS, with DIR's CA for clients, DIR/apiserver's certificate and DIR's service
+# account keys, Node and RBAC authorization and the default admission plugins; ARGS added.
+apiserver() {
+	local restart=()
+	[[ $1 == --restart ]] && { restart=(--restart); shift; }
+	local pki=$1 etcd=$2 port=$3 address=$4
+	shift 4
+	daemon "${restart[@]}" kube-apiserver --etcd-servers "$etcd" --secure-port "$port" \
+		--advertise-address "$address" --service-cluster-ip-range 10.96.0.0/24 \
+		--client-ca-file "$pki/ca.crt" --tls-cert-file "$pki/apiserver.crt" --tls-private-key-file "$pki/apiserver.key" \
+		--kubelet-client-certificate "$pki/admin.crt" --kubelet-client-key "$pki/admin.key" \
+		--kubelet-preferred-address-types InternalIP \
+		--service-account-issuer https://kubernetes.default.svc --service-account-key-file "$pki/sa.pub" \
+		--service-account-signing-key-file "$pki/sa.key" \
+		--requestheader-client-ca-file "$pki/ca.crt" --requestheader-allowed-names front-proxy-client \
+		--requestheader-username-headers X-Remote-User --requestheader-group-headers X-Remote-Group \
+		--requestheader-extra-headers-prefix X-Remote-Extra- \
+		--authorization-mode Node,RBAC --allow-privileged=true --enable-priority-and-fairness=false \
+		--profiling=false --v=1 "$@"
 }
 
 # --- a node's own side (node.sh on the first node, worker.sh on the second) -----------------

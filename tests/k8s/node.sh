@@ -86,55 +86,22 @@ node_host "$K8S_NODE" "$K8S_NODE_IP" "$pod_cidr"
 # The kubernetes Service's ClusterIP on lo: host-network pods reach the API server there.
 ip addr add 10.96.0.1/32 dev lo
 
-# --- PKI: one CA, ECDSA keys (fast under TCG) ------------------------------------------------
+# --- PKI: one CA (lib.sh's pki_init, cert and kubeconfig) ------------------------------------
 step "certificates"
-openssl ecparam -name prime256v1 -genkey -noout -out "$pki/ca.key" 2>/dev/null
-openssl req -x509 -new -key "$pki/ca.key" -subj /CN=roce-ipvlan-test-ca -days 30 -out "$pki/ca.crt" 2>/dev/null
-cert() { # cert NAME SUBJECT [SUBJECT_ALT_NAMES]
-	openssl ecparam -name prime256v1 -genkey -noout -out "$pki/$1.key" 2>/dev/null
-	local ext
-	ext=$(mktemp)
-	{
-		echo "basicConstraints=CA:FALSE"
-		echo "keyUsage=digitalSignature,keyEncipherment"
-		echo "extendedKeyUsage=serverAuth,clientAuth"
-		[[ -n ${3:-} ]] && echo "subjectAltName=$3"
-	} >"$ext"
-	openssl req -new -key "$pki/$1.key" -subj "$2" 2>/dev/null |
-		openssl x509 -req -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial -days 30 \
-			-extfile "$ext" -out "$pki/$1.crt" 2>/dev/null
-	rm -f "$ext"
-}
-cert apiserver /CN=kube-apiserver \
+pki_init "$pki"
+cert "$pki" apiserver /CN=kube-apiserver \
 	"DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,DNS:localhost,DNS:$K8S_NODE,IP:127.0.0.1,IP:10.96.0.1,IP:$K8S_NODE_IP"
-cert admin "/O=system:masters/CN=kubernetes-admin"
-cert node "/O=system:nodes/CN=system:node:$K8S_NODE" "DNS:$K8S_NODE,IP:$K8S_NODE_IP"
-cert controller-manager /CN=system:kube-controller-manager
-cert scheduler /CN=system:kube-scheduler
-openssl ecparam -name prime256v1 -genkey -noout -out "$pki/sa.key" 2>/dev/null
-openssl ec -in "$pki/sa.key" -pubout -out "$pki/sa.pub" 2>/dev/null
-kubeconfig() { # kubeconfig NAME CERT
-	cat >"$k8s/$1.kubeconfig" <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-  - name: test
-    cluster: { server: "https://$K8S_NODE_IP:443", certificate-authority: $pki/ca.crt }
-users:
-  - name: $2
-    user: { client-certificate: $pki/$2.crt, client-key: $pki/$2.key }
-contexts:
-  - name: test
-    context: { cluster: test, user: $2 }
-current-context: test
-EOF
-}
-kubeconfig admin admin
-kubeconfig node node
+cert "$pki" admin "/O=system:masters/CN=kubernetes-admin"
+cert "$pki" node "/O=system:nodes/CN=system:node:$K8S_NODE" "DNS:$K8S_NODE,IP:$K8S_NODE_IP"
+cert "$pki" controller-manager /CN=system:kube-controller-manager
+cert "$pki" scheduler /CN=system:kube-scheduler
+node_kubeconfig() { kubeconfig "$k8s/$1.kubeconfig" "https://$K8S_NODE_IP:443" "$pki" "$2"; } # NAME USER
+node_kubeconfig admin admin
+node_kubeconfig node node
 if ((${#nodes[@]} == 2)); then
 	# Node b's identity and kubeconfig, handed over in the fabric's shared folder; b starts
 	# now so that its images are pulled while the API server here comes up.
-	cert node-b "/O=system:nodes/CN=system:node:$K8S_NODE_B" "DNS:$K8S_NODE_B,IP:$K8S_NODE_B_IP"
+	cert "$pki" node-b "/O=system:nodes/CN=system:node:$K8S_NODE_B" "DNS:$K8S_NODE_B,IP:$K8S_NODE_B_IP"
 	mkdir -p "$FABRIC_SHARE/k8s"
 	cp "$pki/ca.crt" "$pki/node-b.crt" "$pki/node-b.key" "$FABRIC_SHARE/k8s/"
 	sed "s#$pki/#$FABRIC_SHARE/k8s/#g" "$k8s/node.kubeconfig" |
@@ -143,26 +110,15 @@ if ((${#nodes[@]} == 2)); then
 		"$FABRIC_SHARE/k8s" >"$logs/worker-b.log" 2>&1 &
 	worker_b=$!
 fi
-kubeconfig controller-manager controller-manager
-kubeconfig scheduler scheduler
+node_kubeconfig controller-manager controller-manager
+node_kubeconfig scheduler scheduler
 
 step "etcd, kube-apiserver, containerd, the registry, kubelet"
 # --- control plane, first: under TCG the API server takes minutes to start ---------------
 daemon etcd --data-dir /var/lib/etcd --listen-client-urls http://127.0.0.1:2379 \
 	--advertise-client-urls http://127.0.0.1:2379 --listen-peer-urls http://127.0.0.1:2380 \
 	--unsafe-no-fsync --log-level warn
-daemon --restart kube-apiserver --etcd-servers http://127.0.0.1:2379 --secure-port 443 \
-	--advertise-address "$K8S_NODE_IP" --service-cluster-ip-range 10.96.0.0/24 \
-	--client-ca-file "$pki/ca.crt" --tls-cert-file "$pki/apiserver.crt" --tls-private-key-file "$pki/apiserver.key" \
-	--kubelet-client-certificate "$pki/admin.crt" --kubelet-client-key "$pki/admin.key" \
-	--kubelet-preferred-address-types InternalIP \
-	--service-account-issuer https://kubernetes.default.svc --service-account-key-file "$pki/sa.pub" \
-	--service-account-signing-key-file "$pki/sa.key" \
-	--requestheader-client-ca-file "$pki/ca.crt" --requestheader-allowed-names front-proxy-client \
-	--requestheader-username-headers X-Remote-User --requestheader-group-headers X-Remote-Group \
-	--requestheader-extra-headers-prefix X-Remote-Extra- \
-	--authorization-mode Node,RBAC --allow-privileged=true --enable-priority-and-fairness=false \
-	--profiling=false --v=1
+apiserver --restart "$pki" http://127.0.0.1:2379 443 "$K8S_NODE_IP"
 # --- containerd and the images; kubelet ------------------------------------------------------
 node_containerd
 node_kubelet "$K8S_NODE" "$K8S_NODE_IP" "$k8s/node.kubeconfig" "$pki/ca.crt"

@@ -9,6 +9,8 @@
 # ones whose fault is in what only roce-ipvlan reads (the CNI configuration, the policies'
 # offers against the workloads). MPIJob, PyTorchJob and JobSet have no CRD there: their
 # documents are left out here (validate-manifests checks their pod templates offline).
+# They need the API server and not the node: make test runs them on the host against an API
+# server of their own (tests/k8s/crd-test.sh, K8S_API_ONLY=1), make k8s-test-control on the node.
 # Last in the suite: the CRDs stay installed (a CRD deleted right after it was made can hang in
 # its finalizer, "storage is (re)initializing"), and the NAD CRD Multus installed becomes the
 # Network Operator's (the same schema); dry runs leave no objects.

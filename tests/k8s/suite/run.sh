@@ -7,6 +7,9 @@
 # VM_RDMA=ofed, test_upstream_* only without it. test_two_nodes_* run only on two nodes
 # (K8S_NODES=2: RDMA between pods on different nodes, over the wire between them), and only they
 # do: the others read the one node's state.
+# K8S_API_ONLY=1 (tests/k8s/crd-test.sh: an API server on the host, no node): only the
+# test_crds_* tests run, which need the API server alone, and no cleanup runs after them:
+# cleanup_k8s's node side (/opt/cni/bin, /run, the rails' routers) would be the host's there.
 # Prints one line per test and ends with "k8s: N passed, M failed"; exits non-zero when a test
 # failed or none ran.
 set -euo pipefail
@@ -19,6 +22,11 @@ source "$here/../../suite-runner.sh"
 
 # skip_test NAME: the tests this node cannot run (see the header).
 skip_test() {
+	if [[ ${K8S_API_ONLY:-} == 1 ]]; then
+		[[ $1 == test_crds_* ]] && return 1
+		echo "needs the node (K8S_API_ONLY: an API server alone)"
+		return 0
+	fi
 	if [[ ${K8S_NODES:-1} == 2 ]]; then
 		[[ $1 == test_two_nodes_* ]] && return 1
 		echo "written for one node (its checks read that node's state)"
@@ -32,4 +40,6 @@ skip_test() {
 	esac
 }
 
-run_suite k8s "$here" cleanup_k8s "$@"
+cleanup=cleanup_k8s
+[[ ${K8S_API_ONLY:-} == 1 ]] && cleanup=true
+run_suite k8s "$here" "$cleanup" "$@"
