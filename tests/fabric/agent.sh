@@ -40,6 +40,6 @@ while [[ ! -e $FABRIC_SHARE/stop ]]; do
 			mv "$dir/.$id.rc" "$dir/$id.rc"
 		) &
 	done
-	sleep 0.05
+	nap 0.05
 done
 echo "agent: host $host stopping"

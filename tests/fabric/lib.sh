@@ -25,6 +25,9 @@
 #   FABRIC_RAILS            rdma0 rdma1 rdma2 rdma3
 #   FABRIC_SUBNET4          flat: 172.16.0.0/16, the one subnet of every rail
 
+# shellcheck source=../nap.sh
+source "${BASH_SOURCE[0]%/*}/../nap.sh"
+
 FABRIC_SHARE=/run/fabric
 FABRIC_RAILS="rdma0 rdma1 rdma2 rdma3"
 FABRIC_SUBNET4=172.16.0.0/16
@@ -92,7 +95,7 @@ on() {
 			echo "on: host $host's VM has ended (its log follows the run)" >&2
 			return 255
 		fi
-		sleep 0.05
+		nap 0.05
 	done
 	cat "$dir/$id.out"
 	cat "$dir/$id.err" >&2
@@ -111,7 +114,7 @@ fabric_wait_ready() {
 			echo "fabric: host $host's VM ended (tests/vm/run.sh exit code $(cat "$FABRIC_SHARE/gone-$host")) before it was ready, after $((SECONDS - start)) s of waiting; its log follows the run" >&2
 			return 1
 		fi
-		sleep 0.1
+		nap 0.1
 	done
 	[[ -e $FABRIC_SHARE/ready-$host ]] && return 0
 	echo "fabric: host $host was not ready after $limit s; its log follows the run" >&2

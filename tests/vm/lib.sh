@@ -6,12 +6,16 @@
 #   cni_exec CMD CONF NETNS [IFNAME] [CONTAINER_ID]
 #                       run a plugin binary directly, the config on stdin; prints raw stdout
 #   cnidriver ...       the libcni driver (tests/cnidriver), on PATH; CNI_PATH already set
+#   nap SECS            sleep without starting a process, for polling loops
 
 # Rail names in NIC order; run.sh passes the same lists it used to create the NICs.
 VM_RAILS=${VM_RAILS-rdma0 rdma1 rdma2 rdma3 ens1f0np0}
 VM_BARE_NICS=${VM_BARE_NICS-ens2f0np0}
 VM_MAC_BASE=${VM_MAC_BASE:-52:54:00:0a:00}
 export CNI_BIN_DIR=/run/cni/bin CNI_PATH=/run/cni/bin
+
+# shellcheck source=../nap.sh
+source "${BASH_SOURCE[0]%/*}/../nap.sh"
 
 vm_modules() {
 	# crc32_generic: rxe computes the RoCE ICRC with the kernel crypto API and nothing pulls
