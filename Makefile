@@ -317,9 +317,9 @@ crd-test: deps build
 # and roce-node-b of one cluster, and the suite's test_two_nodes_* tests: RDMA between pods the
 # scheduler put on different nodes, over the wires between the hosts, through the examples' NAD.
 # Multus thick there (thin misses its own 250 ms deadline for the API from the second node under
-# TCG). Passed in one of two runs (docs/testing.md); not in make test: on this 2-core machine
-# one run takes about 22 min (the cluster ready after 621 s, the pods' sandboxes minutes more),
-# beyond make test's budget.
+# TCG). Since host b's fabric agent naps instead of forking a sleep 20 times a second, a run
+# takes about 13 min here with helm's build (it took 22 to 36 min before); not in make test
+# until a whole make test has run with it (docs/testing.md).
 k8s-test-nodes: deps
 	K8S_NODES=2 VM_KERNEL=backports VM_RDMA=ofed tests/k8s/run.sh tests/k8s/suite/run.sh '^test_two_nodes_'
 
