@@ -269,8 +269,8 @@ vm-ofed: deps build static
 # on the OFED view of the 7.x kernel with the shipped binary. Flat runs the whole suite; routed6
 # only its own tests (FABRIC_ROUTED6_TESTS): the tests of both layouts (UCX through env --exec,
 # the OFED symptom) prove nothing more behind the router. make test runs both and expects 14
-# tests on flat (SUITE_EXPECT); fabric-test-routed6 holds routed6 to its own 3 on routed6
-# (SUITE_EXPECT_ROUTED6, whatever SUITE_EXPECT the flat layout was given).
+# tests on flat (SUITE_EXPECT); fabric-test-routed6 holds routed6 to its own
+# 3 on routed6 (SUITE_EXPECT_ROUTED6, whatever SUITE_EXPECT the flat layout was given).
 FABRIC_ROUTED6_TESTS ?= ^test_routed6_
 fabric-test: fabric-test-flat fabric-test-routed6
 fabric-test-flat: deps build static
