@@ -269,6 +269,8 @@ runs = {
     # k8s-test: VM_RDMA=ofed and the files K8S_SUITE_NODE names (SUITE_FILES)
     "k8s-test": sum(1 for t in suite_tests("k8s", re.search(r"(?m)^K8S_SUITE_NODE = (.*)$", mk).group(1))
                     if not t.startswith(("test_upstream_", "test_two_nodes_"))),
+    # k8s-test-nodes: K8S_NODES=2, the suite's test_two_nodes_* tests only
+    "k8s-test-nodes": sum(1 for t in suite_tests("k8s") if t.startswith("test_two_nodes_")),
 }
 test_rule = re.search(r"(?ms)^test:\n(.*?)\n\n", mk).group(1)
 expect = {t: n for n, t in re.findall(r"SUITE_EXPECT(?:_ROUTED6)?=(\d+) \$\(MAKE\) ([\w-]+)", test_rule)}
@@ -280,7 +282,8 @@ m = re.search(r"\(`SUITE_EXPECT`: ([^;]*);", testing)
 fact(m is not None, "docs/testing.md: no '(`SUITE_EXPECT`: ...;' list in make test's row")
 if m:
     label = {"fuzz-smoke": "fuzz-smoke", "vm": "vm-test", "vm-rust": "vm-rust", "vm-ofed": "vm-ofed",
-             "fabric": "fabric-test-flat", "routed6": "fabric-test-routed6", "k8s": "k8s-test"}
+             "fabric": "fabric-test-flat", "routed6": "fabric-test-routed6", "k8s": "k8s-test",
+             "two-node": "k8s-test-nodes"}
     doc = {label.get(k, k): v for k, v in re.findall(r"([\w-]+) (\d+)", m.group(1))}
     fact(doc == expect, f"docs/testing.md quotes SUITE_EXPECT {doc}, make test sets {expect}")
 m = re.search(r"the whole suite \((\d+) tests\)", testing)
