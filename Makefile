@@ -178,7 +178,7 @@ test:
 	SUITE_EXPECT_ROUTED6=3 $(MAKE) fabric-test-routed6
 	SUITE_EXPECT=2 $(MAKE) crd-test
 	SUITE_EXPECT=16 $(MAKE) k8s-test
-	K8S_HELM=0 SUITE_EXPECT=1 $(MAKE) k8s-test-nodes
+	SUITE_EXPECT=1 $(MAKE) k8s-test-nodes
 
 # static: tests/check-docs.sh holds deploy.md's size of the shipped binary to the built one.
 validate-manifests: build static
@@ -319,10 +319,10 @@ crd-test: deps build
 # scheduler put on different nodes, over the wires between the hosts, through the examples' NAD.
 # Multus thick there (thin misses its own 250 ms deadline for the API from the second node under
 # TCG). Since host b's fabric agent naps instead of forking a sleep 20 times a second, a run
-# takes about 9 to 10 min here (13 with helm's build; 22 to 36 min before). make test runs it
-# last, with K8S_HELM=0: the build k8s-test made, no helm (only the chart test uses it).
+# takes about 9 to 10 min here (22 to 36 min before). make test runs it last. No helm
+# (K8S_HELM=0, as k8s-test): only the chart test uses it, so this reuses k8s-test's build.
 k8s-test-nodes: deps
-	K8S_NODES=2 VM_KERNEL=backports VM_RDMA=ofed tests/k8s/run.sh tests/k8s/suite/run.sh '^test_two_nodes_'
+	K8S_HELM=0 K8S_NODES=2 VM_KERNEL=backports VM_RDMA=ofed tests/k8s/run.sh tests/k8s/suite/run.sh '^test_two_nodes_'
 
 demo-k8s: deps
 	VM_RDMA=ofed tests/k8s/run.sh tests/k8s/demo.sh
