@@ -16,6 +16,8 @@
 #                                second (worker.sh): below
 #   wait_for SECS WHAT CMD...    retry CMD (quietly) once a second until it succeeds or SECS pass
 #   node_ready                   the node's Ready condition is True
+#   cluster_ready NODE...        wait until the DaemonSets, nv-ipam and the nodes' devices are
+#                                ready (before SCRIPT, and after a test that disturbed them)
 #   install_multus               Multus from the module's own daemonset manifest (thin; thick
 #                                on two nodes)
 #   install_nv_ipam              nv-ipam's controller and node DaemonSet from its deploy/ tree
@@ -354,6 +356,33 @@ install_nv_ipam() {
 nv_ipam_controller_ready() {
 	[[ $(kubectl -n "$NV_IPAM_NS" get deploy nv-ipam-controller -o jsonpath='{.status.availableReplicas}') == 1 ]] &&
 		[[ -n $(kubectl -n "$NV_IPAM_NS" get lease dd1643cf.nvidia.com -o jsonpath='{.spec.holderIdentity}') ]]
+}
+
+# cluster_ready NODE...: what node.sh waits for before SCRIPT runs, and what a test that
+# disturbed the cluster waits for before the next test (a NoExecute taint evicts nv-ipam's and
+# sriovdp's pods; their DaemonSets put them back once it is gone). Returns 1, having said what
+# it gave up on, if any part is not there in time.
+cluster_ready() {
+	local n hostdevs
+	wait_for 600 "Multus's, nv-ipam's, sriovdp's and roce-ipvlan's DaemonSets to be ready" daemonsets_ready || return 1
+	# nv-ipam's controller gives nodes their blocks of each pool: a pool a test applies must
+	# get one, so the controller is up (and has its leader lease).
+	wait_for 300 "nv-ipam's controller to be available" nv_ipam_controller_ready || return 1
+	# ipam-node copies the CNI in, then serves the CNI's calls on its socket.
+	wait_for 120 "ipam-node's CNI in /opt/cni/bin and its socket" \
+		test -x /opt/cni/bin/nv-ipam -a -S /var/lib/cni/nv-ipam/daemon.sock || return 1
+	# railpf's shared resource, and sriovdp's one device per rail (none with the example's
+	# selectors as they are: K8S_SRIOVDP_SELECTORS=example).
+	hostdevs=$(find /sys/class/net -maxdepth 1 -name 'rdma*' | wc -l)
+	[[ ${K8S_SRIOVDP_SELECTORS:-} == example ]] && hostdevs=0
+	for n in "$@"; do
+		wait_for 120 "node $n to offer the rails' devices ($hostdevs nvidia.com/hostdev)" bash -c \
+			"kubectl get node $n -o json | jq -e '.status.allocatable |
+				(.\"rdma/rdma_shared_device_a\" // \"0\" | tonumber > 0) and (.\"nvidia.com/hostdev\" // \"0\" | tonumber == $hostdevs)'" ||
+			return 1
+	done
+	# 00-multus.conflist when the default network's file is a 1.0.0 conflist, else 00-multus.conf.
+	wait_for 120 "Multus's configuration" compgen -G '/etc/cni/net.d/00-multus.conf*'
 }
 
 # The SR-IOV network device plugin (tests/k8s/manifests/sriovdp: its own DaemonSet manifest)

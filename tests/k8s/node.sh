@@ -155,24 +155,7 @@ install_nv_ipam
 install_sriovdp
 kubectl apply -k "$here/manifests/installer" >/dev/null
 for n in "${nodes[@]}"; do wait_for 300 "node $n to be Ready" node_ready "$n"; done
-wait_for 600 "Multus's, nv-ipam's, sriovdp's and roce-ipvlan's DaemonSets to be ready" daemonsets_ready
-# nv-ipam's controller gives nodes their blocks of each pool: a pool applied by SCRIPT must
-# get one, so the controller is up (and has its leader lease) before SCRIPT runs.
-wait_for 300 "nv-ipam's controller to be available" nv_ipam_controller_ready
-# ipam-node copies the CNI in, then serves the CNI's calls on its socket.
-wait_for 120 "ipam-node's CNI in /opt/cni/bin and its socket" \
-	test -x /opt/cni/bin/nv-ipam -a -S /var/lib/cni/nv-ipam/daemon.sock
-# railpf's shared resource, and sriovdp's one device per rail (none with the example's
-# selectors as they are: K8S_SRIOVDP_SELECTORS=example).
-hostdevs=$(find /sys/class/net -maxdepth 1 -name 'rdma*' | wc -l)
-[[ ${K8S_SRIOVDP_SELECTORS:-} == example ]] && hostdevs=0
-for n in "${nodes[@]}"; do
-	wait_for 120 "node $n to offer the rails' devices ($hostdevs nvidia.com/hostdev)" bash -c \
-		"kubectl get node $n -o json | jq -e '.status.allocatable |
-			(.\"rdma/rdma_shared_device_a\" // \"0\" | tonumber > 0) and (.\"nvidia.com/hostdev\" // \"0\" | tonumber == $hostdevs)'"
-done
-# 00-multus.conflist when the default network's file is a 1.0.0 conflist, else 00-multus.conf.
-wait_for 120 "Multus's configuration" compgen -G '/etc/cni/net.d/00-multus.conf*'
+cluster_ready "${nodes[@]}"
 
 step "cluster of ${#nodes[@]} node(s) ready; running $*"
 trap - ERR

@@ -32,5 +32,6 @@ test_one_attachment_for_all_rails() {
 		assert_match "$hca" "[=,^]$dev(:[0-9]+)?([,'\"]|\$)" "NCCL_IB_HCA names rdma$i's device $dev"
 	done
 	kubectl delete pod all-rails --wait=true --timeout=120s >/dev/null
-	assert_eq "$(nv_ipam_count all-rails) $(children_count)" "0 0" "nv-ipam's reservations and children after the pod's deletion"
+	settles_to 60 "nv-ipam's reservations and children after the pod's deletion" "0 0" \
+		counts "nv_ipam_count all-rails" children_count
 }

@@ -34,6 +34,6 @@ test_deviceid_pod_gets_a_child_on_each_allocated_rail() {
 	nv_ipam_pod two-devices "$block" 2
 	[[ $(devinfo_count) -ge 2 ]] || fail "expected the plugin's 2 device-info files on the node, found $(devinfo_count)"
 	kubectl delete pod two-devices --wait=true --timeout=120s >/dev/null
-	assert_eq "$(devinfo_count) $(children_count) $(nv_ipam_count two-devices)" "0 0 0" \
-		"device-info files, children and nv-ipam's reservations after the pod's deletion"
+	settles_to 60 "device-info files, children and nv-ipam's reservations after the pod's deletion" "0 0 0" \
+		counts devinfo_count children_count "nv_ipam_count two-devices"
 }

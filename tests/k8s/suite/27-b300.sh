@@ -170,6 +170,6 @@ test_b300_pods_report_their_slaac_gids() {
 	done
 	[[ ${VM_RDMA:-upstream} != ofed ]] || pod_reads_only bare ""
 	kubectl delete pod v6 ph bare --wait=true --timeout=120s >/dev/null
-	assert_eq "$(children_count) $(devinfo_count) $(nv_ipam_count ph)" "0 0 0" \
-		"children, device-info files and nv-ipam's reservations after the pods' deletion"
+	settles_to 60 "children, device-info files and nv-ipam's reservations after the pods' deletion" "0 0 0" \
+		counts children_count devinfo_count "nv_ipam_count ph"
 }

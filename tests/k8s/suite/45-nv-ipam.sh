@@ -96,7 +96,7 @@ test_nv_ipam_failed_add_returns_the_address() {
 		fail "no FailedCreatePodSandBox event of gidfail1 names the GID wait (code 104)"
 	}
 	kubectl delete pod gidfail1 --wait=true --timeout=120s >/dev/null
-	assert_eq "$(nv_ipam_count gidfail1)" 0 "nv-ipam's reservations of gidfail1 after its deletion"
+	settles_to 60 "nv-ipam's reservations of gidfail1 after its deletion" 0 nv_ipam_count gidfail1
 }
 
 # A pod on two rails, force deleted (the API object goes at once; the kubelet tears the sandbox
@@ -114,6 +114,5 @@ test_nv_ipam_force_delete_returns_the_addresses() {
 	kubectl delete pod forcenv1 --grace-period=0 --force >/dev/null 2>&1
 	wait_for 180 "the kubelet to tear forcenv1 down and nv-ipam to get its addresses back" none_for forcenv1 ||
 		fail "after a force delete ipam-node still holds $(nv_ipam_reserved forcenv1 | tr '\n' ' ')for forcenv1"
-	wait_for 60 "forcenv1's children to go" back_to "$before" ||
-		fail "after a force delete: expected '$before' (allocations devinfo children), found '$(leftovers)'"
+	settles_to 60 "host-local allocations, device-info files, children after forcenv1's force delete" "$before" leftovers
 }

@@ -32,5 +32,5 @@ test_broken_nad_shows_the_plugin_message() {
 	assert_match "$msg" 'no rail named: expected \\?"master\\?" \(a netdev such as rdma3\)' \
 		"the event carries the plugin's message, naming what is missing"
 	kubectl delete pod broken1 --wait=true --timeout=120s >/dev/null
-	assert_eq "$(leftovers)" "$before" "what the failed attachments left"
+	settles_to 60 "host-local allocations, device-info files, children the failed attachments left" "$before" leftovers
 }

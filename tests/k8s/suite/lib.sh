@@ -216,7 +216,13 @@ rail_routers_start() {
 rail_routers_stop() { local n; for n in 0 1 2 3; do rail_router_stop "$n"; done; }
 
 # What an attachment leaves on the node: host-local allocations, device-info files, children.
-host_local_count() { find /var/lib/cni/networks -type f -regex '.*/[0-9a-f.:]+' 2>/dev/null | wc -l; }
+# The cluster network's allocations (podnet, tests/k8s/lib.sh) are not the plugin's: they
+# change whenever a DaemonSet's pod is recreated, as after a test's taint evicted it.
+host_local_allocations() {
+	find /var/lib/cni/networks -mindepth 2 -type f -regex '.*/[0-9a-f.:]+' -not -path '/var/lib/cni/networks/podnet/*' \
+		-printf '%P ' 2>/dev/null
+}
+host_local_count() { host_local_allocations | wc -w; }
 # The CNI's device-info files (Multus's per-attachment cni/ directory; the device plugin's own,
 # which sriovdp writes at Allocate under dp/ and keeps until it stops, are not the plugin's).
 devinfo_count() { find /var/run/k8s.cni.cncf.io/devinfo/cni -type f 2>/dev/null | wc -l; }
@@ -232,7 +238,25 @@ children_count() { # ipvlan children in any netns of the node
 }
 # leftovers: "ALLOCATIONS DEVINFO CHILDREN", to compare before a pod and after its deletion.
 leftovers() { echo "$(host_local_count) $(devinfo_count) $(children_count)"; }
-back_to() { [[ $(leftovers) == "$1" ]]; } # for wait_for, which runs its command again each try
+# counts CMD...: each CMD's output (a count), in order, on one line. A CMD with arguments is
+# one word ("nv_ipam_count pod").
+counts() {
+	local c out=()
+	# shellcheck disable=SC2086 # split on purpose: the command and its arguments
+	for c; do out+=("$($c)"); done
+	echo "${out[*]}"
+}
+# settles_to SECS WHAT WANT CMD...: CMD's output becomes WANT within SECS, else the test fails
+# with what it was and the host-local allocations and device-info files on the node. For what
+# a pod's deletion must undo: the API object can be gone before the kubelet has torn the sandbox
+# down (its CNI DEL), so a check right after `kubectl delete --wait` would race the teardown.
+settles_to() {
+	local secs=$1 what=$2 want=$3 got deadline=$((SECONDS + $1))
+	shift 3
+	until got=$("$@"); [[ $got == "$want" ]] || ((SECONDS >= deadline)); do sleep 1; done
+	[[ $got == "$want" ]] || fail "$what: expected '$want', found '$got' after ${secs}s" \
+		"(host-local allocations: $(host_local_allocations)device-info files: $(find /var/run/k8s.cni.cncf.io/devinfo/cni -type f -printf '%f ' 2>/dev/null))"
+}
 
 # pod_debug POD: on stderr, what tells a pod that never got far (no sandbox, no event) from one
 # that did: its node, phase and conditions, its events, and what the scheduler, the kubelet and
