@@ -4,6 +4,14 @@
 # are in its object, and its deletion (kubelet → containerd → Multus → DEL) leaves nothing on
 # the node.
 
+# nv-ipam's node pod (its DaemonSet tolerates no foreign taint): its uid, nothing when it is gone
+# or going (deleted, its containers still stopping).
+ipam_node_uid() {
+	kubectl -n "$NV_IPAM_NS" get pods --no-headers \
+		-o custom-columns=N:.metadata.name,U:.metadata.uid,D:.metadata.deletionTimestamp |
+		awk '$1 ~ /^nv-ipam-node-ds-/ && $3 == "<none>" {print $2}'
+}
+
 installer_ready() {
 	[[ $(kubectl -n roce-ipvlan get pods -l app.kubernetes.io/component=cni-installer \
 		-o jsonpath='{.items[*].status.conditions[?(@.type=="Ready")].status}') == True ]]
@@ -15,13 +23,15 @@ installer_ready() {
 # gets) must say not ready, and the installer's log must report the port from the moment it
 # went down (a line logged before, such as the start-up rail list, does not count). Meanwhile
 # the node carries a NoExecute taint nobody told the installer about: it tolerates every taint,
-# so the same pod (its uid) must still be there at the end. One wait serves both.
+# so the same pod (its uid) must still be there at the end, while nv-ipam's node pod, which does
+# not, is evicted (the taint was in force). One wait serves both.
 test_installer_stays_ready_with_a_rail_down_and_a_foreign_taint() {
-	local period before probe rc=0 ready=0 logged uid now
+	local period before probe rc=0 ready=0 logged uid now ipam_uid ipam_now
 	period=$(kubectl -n roce-ipvlan get ds roce-ipvlan-installer -o jsonpath='{.spec.template.spec.containers[0].readinessProbe.periodSeconds}')
 	installer_ready || fail "the installer is not Ready before the test"
 	uid=$(kubectl -n roce-ipvlan get pods -l app.kubernetes.io/component=cni-installer -o jsonpath='{.items[0].metadata.uid}')
 	before=$(kubectl -n roce-ipvlan logs ds/roce-ipvlan-installer -c install | wc -l)
+	ipam_uid=$(ipam_node_uid)
 	ip link set ens1f0np0 down
 	kubectl taint node "$K8S_NODE" example.com/maintenance=soon:NoExecute >/dev/null
 	# Two probe periods and a little (the installer re-checks every 60 s and logs changes): a
@@ -29,6 +39,7 @@ test_installer_stays_ready_with_a_rail_down_and_a_foreign_taint() {
 	sleep $((2 * ${period:-30} + 5))
 	installer_ready && ready=1
 	now=$(kubectl -n roce-ipvlan get pods -l app.kubernetes.io/component=cni-installer -o jsonpath='{.items[0].metadata.uid}')
+	ipam_now=$(ipam_node_uid)
 	probe=$(kubectl -n roce-ipvlan exec ds/roce-ipvlan-installer -c install -- \
 		/roce-ipvlan ready --to /host/opt/cni/bin --rails ens1f0np0 2>&1) || rc=$?
 	logged=$(kubectl -n roce-ipvlan logs ds/roce-ipvlan-installer -c install | tail -n +$((before + 1)))
@@ -39,6 +50,8 @@ test_installer_stays_ready_with_a_rail_down_and_a_foreign_taint() {
 	# cluster-network addresses a check of the node's allocations would count).
 	cluster_ready "$K8S_NODE" || fail "the cluster was not ready again after the taint was removed"
 	note "ready --rails ens1f0np0 (exit $rc): $(head -n 2 <<<"$probe" | tr '\n' ' ')"
+	[[ -n $ipam_uid && $ipam_now != "$ipam_uid" ]] ||
+		fail "nv-ipam's node pod (uid '$ipam_uid' before) was not evicted: the NoExecute taint was not in force"
 	assert_eq "$now" "$uid" "the installer pod (uid) after a NoExecute taint it does not know"
 	((ready)) || fail "the installer pod went NotReady while ens1f0np0 (a RoCE port no NAD uses) was down"
 	assert_eq "$rc" 1 "exit status of 'ready --rails ens1f0np0' while ens1f0np0 was down"
