@@ -225,7 +225,8 @@ host_local_allocations() {
 host_local_count() { host_local_allocations | wc -w; }
 # The CNI's device-info files (Multus's per-attachment cni/ directory; the device plugin's own,
 # which sriovdp writes at Allocate under dp/ and keeps until it stops, are not the plugin's).
-devinfo_count() { find /var/run/k8s.cni.cncf.io/devinfo/cni -type f 2>/dev/null | wc -l; }
+devinfo_files() { find /var/run/k8s.cni.cncf.io/devinfo/cni -type f -printf '%f ' 2>/dev/null; }
+devinfo_count() { devinfo_files | wc -w; }
 children_count() { # ipvlan children in any netns of the node
 	local n=0 ns
 	n=$(ip -d -o link show type ipvlan 2>/dev/null | wc -l)
@@ -246,16 +247,16 @@ counts() {
 	for c; do out+=("$($c)"); done
 	echo "${out[*]}"
 }
+# outputs WANT CMD...: CMD prints WANT (a predicate for wait_for).
+outputs() { [[ $("${@:2}") == "$1" ]]; }
 # settles_to SECS WHAT WANT CMD...: CMD's output becomes WANT within SECS, else the test fails
 # with what it was and the host-local allocations and device-info files on the node. For what
 # a pod's deletion must undo: the API object can be gone before the kubelet has torn the sandbox
 # down (its CNI DEL), so a check right after `kubectl delete --wait` would race the teardown.
 settles_to() {
-	local secs=$1 what=$2 want=$3 got deadline=$((SECONDS + $1))
-	shift 3
-	until got=$("$@"); [[ $got == "$want" ]] || ((SECONDS >= deadline)); do sleep 1; done
-	[[ $got == "$want" ]] || fail "$what: expected '$want', found '$got' after ${secs}s" \
-		"(host-local allocations: $(host_local_allocations)device-info files: $(find /var/run/k8s.cni.cncf.io/devinfo/cni -type f -printf '%f ' 2>/dev/null))"
+	wait_for "$1" "$2" outputs "$3" "${@:4}" ||
+		fail "$2: expected '$3', found '$("${@:4}")' after ${1}s" \
+			"(host-local allocations: $(host_local_allocations)device-info files: $(devinfo_files))"
 }
 
 # pod_debug POD: on stderr, what tells a pod that never got far (no sandbox, no event) from one
